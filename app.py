@@ -1,0 +1,439 @@
+"""qstash-lists: QStash's ``GET /v2/topics`` and ``GET /v2/queues``, served from a JSON file.
+
+Serve (under waitress)::
+
+    python app.py [--host 127.0.0.1] [--port 8080] [--data data.json] [--threads N] [--quiet]
+    python app.py --check [--data data.json]
+
+Embed: ``app:make_app`` is a factory for ``waitress-serve --call`` and other WSGI
+servers (it reads ``QSTASH_LISTS_DATA`` and ``QSTASH_TOKEN``); ``create_app`` builds
+the callable from a :class:`store.DataFile` you made yourself.  Standard library
+only; waitress is imported only to serve.
+"""
+
+import argparse
+import gzip
+import hashlib
+import io
+import ipaddress
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from http import HTTPStatus
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from urllib.parse import quote, unquote_to_bytes
+
+import store
+from store import DataError, DataFile, Store
+
+__all__ = ["DEV_TOKEN", "HTTPError", "Snapshot", "create_app", "main", "make_app", "open_data"]
+
+Headers = List[Tuple[str, str]]
+StartResponse = Callable[..., Callable[[bytes], object]]
+WSGIEnvironment = Dict[str, Any]
+WSGIApplication = Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]
+
+#: The token that the official ``qstash dev`` server documents; used only on loopback.
+DEV_TOKEN = "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3JkIn0="
+#: Route table: exact path (no trailing slash) -> the account's collection it lists.
+ROUTES = {"/v2/topics": "urlGroups", "/v2/queues": "queues"}
+ALLOWED = "GET, HEAD"
+#: Bodies at least this long are sent through ``wsgi.file_wrapper`` where the server has one.
+FILE_WRAPPER_MIN = 64 * 1024
+#: Bodies shorter than this are not worth compressing.
+GZIP_MIN = 1024
+DEFAULT_THREADS = 8
+
+logger = logging.getLogger("qstash_lists")
+access_logger = logging.getLogger("qstash_lists.access")
+
+
+class HTTPError(Exception):
+    """An error answer: a status, a JSON ``{"error": message}`` body, extra headers."""
+
+    status = HTTPStatus.INTERNAL_SERVER_ERROR
+    message = "internal server error; the server log has the details"
+
+    def __init__(self, headers: Sequence[Tuple[str, str]] = ()) -> None:
+        super().__init__(self.message)
+        self.headers = list(headers)
+
+    def render(self) -> Tuple[str, Headers, List[bytes]]:
+        """Return the status line, headers and body of this error."""
+        body = _json({"error": self.message})
+        headers = [
+            ("Content-Type", "application/json"),
+            ("Content-Length", str(len(body))),
+            ("X-Content-Type-Options", "nosniff"),
+        ]
+        return "%d %s" % (self.status, self.status.phrase), headers + self.headers, [body]
+
+
+class NotFound(HTTPError):
+    status = HTTPStatus.NOT_FOUND
+    message = "not found: this server answers GET /v2/topics and GET /v2/queues"
+
+
+class MethodNotAllowed(HTTPError):
+    status = HTTPStatus.METHOD_NOT_ALLOWED
+    message = "method not allowed: this path answers only GET and HEAD"
+
+    def __init__(self) -> None:
+        super().__init__([("Allow", ALLOWED)])
+
+
+class Unauthorized(HTTPError):
+    status = HTTPStatus.UNAUTHORIZED
+    message = (
+        "unauthorized: send your QStash token as 'Authorization: Bearer <token>' "
+        "or as the qstash_token query parameter"
+    )
+
+    def __init__(self, token_given: bool) -> None:
+        challenge = 'Bearer realm="qstash"'
+        if token_given:
+            challenge += ', error="invalid_token"'
+        super().__init__([("WWW-Authenticate", challenge)])
+
+
+class Body:
+    """One response body, encoded once per snapshot, with its ETag and headers."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.etag = '"%s"' % hashlib.blake2b(data, digest_size=16).hexdigest()
+        self.compressible = len(data) >= GZIP_MIN
+        self.headers = self._headers(self.etag, len(data))
+        self._gzip: Optional[Tuple[bytes, str, Headers]] = None
+
+    def gzipped(self) -> Tuple[bytes, str, Headers]:
+        """Return the gzip body, its ETag and headers, compressing on first use."""
+        if self._gzip is None:
+            # Two threads may race here; both compute the same bytes, so either wins.
+            data = gzip.compress(self.data, compresslevel=6, mtime=0)
+            etag = self.etag[:-1] + '-gzip"'
+            self._gzip = (data, etag, self._headers(etag, len(data)) + [("Content-Encoding", "gzip")])
+        return self._gzip
+
+    def _headers(self, etag: str, length: int) -> Headers:
+        headers = [
+            ("Content-Type", "application/json"),
+            ("Content-Length", str(length)),
+            ("ETag", etag),
+            ("Cache-Control", "no-cache"),
+            ("X-Content-Type-Options", "nosniff"),
+        ]
+        if self.compressible:
+            headers.append(("Vary", "Accept-Encoding"))
+        return headers
+
+
+class Snapshot:
+    """One loaded data file and its response bodies, ready to serve."""
+
+    def __init__(self, data: Store) -> None:
+        self.store = data
+        self.bodies = {
+            (account.token_sha256, path): Body(_json([item.to_dict() for item in items]))
+            for account in data.accounts
+            for path, items in (("/v2/topics", account.url_groups), ("/v2/queues", account.queues))
+        }
+
+
+def open_data(path: str, token: Optional[str], interval: float = 1.0) -> "DataFile[Snapshot]":
+    """Load the data file at ``path`` and keep it fresh; raise DataError if it is bad."""
+    return DataFile(path, lambda p: Snapshot(store.load(p, token)), interval)
+
+
+def create_app(data: "DataFile[Snapshot]", access_log: bool = True) -> WSGIApplication:
+    """Return the WSGI callable that serves the snapshots of ``data``."""
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        started = time.perf_counter()
+        try:
+            status, headers, body = respond(environ, data.current())
+            start_response(status, headers)
+        except HTTPError as err:
+            status, headers, body = err.render()
+            start_response(status, headers)
+        except Exception:
+            logger.exception("error while answering %s", _request_line(environ))
+            status, headers, body = HTTPError().render()
+            start_response(status, headers, sys.exc_info())
+        if access_log:
+            sent = 0 if environ["REQUEST_METHOD"] == "HEAD" else _length(headers)
+            access_logger.info(
+                '%s "%s" %s %d %.2fms',
+                environ.get("REMOTE_ADDR", "-"),
+                _request_line(environ),
+                status[:3],
+                sent,
+                (time.perf_counter() - started) * 1000,
+            )
+        return body
+
+    return app
+
+
+def respond(environ: WSGIEnvironment, snapshot: Snapshot) -> Tuple[str, Headers, Iterable[bytes]]:
+    """Answer one request from ``snapshot``: route, method, auth, then the body."""
+    path = environ.get("PATH_INFO", "")
+    if len(path) > 1 and path.endswith("/"):
+        path = path[:-1]
+    if path not in ROUTES:
+        raise NotFound()
+    method = environ["REQUEST_METHOD"]
+    if method not in ("GET", "HEAD"):
+        raise MethodNotAllowed()
+    account = snapshot.store.find(_credential(environ))
+    if account is None:
+        raise Unauthorized(token_given=True)
+    body = snapshot.bodies[account.token_sha256, path]
+
+    data, etag, headers = body.data, body.etag, body.headers
+    if body.compressible and _accepts_gzip(environ.get("HTTP_ACCEPT_ENCODING", "")):
+        data, etag, headers = body.gzipped()
+    if _matches(environ.get("HTTP_IF_NONE_MATCH"), etag):
+        kept = [(k, v) for k, v in headers if k in ("ETag", "Cache-Control", "Vary", "X-Content-Type-Options")]
+        return "304 Not Modified", kept, []
+    # A fresh list each time: some servers (wsgiref) add their headers to ours.
+    if method == "HEAD":
+        return "200 OK", list(headers), []
+    file_wrapper = environ.get("wsgi.file_wrapper")
+    if file_wrapper is not None and len(data) >= FILE_WRAPPER_MIN:
+        return "200 OK", list(headers), file_wrapper(io.BytesIO(data))
+    return "200 OK", list(headers), [data]
+
+
+def _credential(environ: WSGIEnvironment) -> bytes:
+    """Return the request's one token, or raise Unauthorized.
+
+    A request may carry its token in the Authorization header, in qstash_token
+    query parameters, or in several of these; every one must be well formed and
+    all must be the same token.
+    """
+    tokens = [value for name, value in _query(environ) if name == b"qstash_token"]
+    header = environ.get("HTTP_AUTHORIZATION")
+    if header is not None:
+        scheme, _, token = header.strip(" \t").partition(" ")
+        tokens.append(_latin1(token.lstrip(" ")) if scheme.lower() == "bearer" else b"")
+    if not tokens:
+        raise Unauthorized(token_given=False)
+    first = tokens[0]
+    if not first or b" " in first or b"\t" in first or any(token != first for token in tokens):
+        raise Unauthorized(token_given=True)
+    return first
+
+
+def _query(environ: WSGIEnvironment) -> List[Tuple[bytes, Any]]:
+    """Return the query's (name, value) pairs, percent-decoded to bytes."""
+    query = environ.get("QUERY_STRING", "")
+    if not query:
+        return []
+    pairs = []
+    for field in query.split("&"):
+        name, _, value = field.partition("=")
+        pairs.append((_unquote(name), _unquote(value)))
+    return pairs
+
+
+def _unquote(text: str) -> bytes:
+    return unquote_to_bytes(_latin1(text).replace(b"+", b" "))
+
+
+def _latin1(text: str) -> bytes:
+    """Return the bytes behind a PEP 3333 native string."""
+    # Only a server that breaks PEP 3333 hands over other characters; keep them distinct.
+    return text.encode("latin-1", "backslashreplace")
+
+
+def _accepts_gzip(header: str) -> bool:
+    """Tell whether an Accept-Encoding value admits gzip (a q of 0 refuses it)."""
+    for item in header.split(","):
+        coding, _, params = item.partition(";")
+        if coding.strip().lower() in ("gzip", "x-gzip", "*"):
+            params = params.replace(" ", "").lower()
+            if params.startswith("q="):
+                try:
+                    return float(params[2:]) > 0
+                except ValueError:
+                    return False
+            return True
+    return False
+
+
+def _matches(header: Optional[str], etag: str) -> bool:
+    """Tell whether If-None-Match names ``etag`` (weak comparison, as RFC 9110 says)."""
+    if not header:
+        return False
+    for tag in header.split(","):
+        tag = tag.strip()
+        if tag == "*" or (tag[2:] if tag.startswith("W/") else tag) == etag:
+            return True
+    return False
+
+
+def _length(headers: Headers) -> int:
+    for name, value in headers:
+        if name == "Content-Length":
+            return int(value)
+    return 0
+
+
+def _request_line(environ: WSGIEnvironment) -> str:
+    """Return 'METHOD /path?query' for the log: printable, with qstash_token redacted."""
+    path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
+    line = "%s %s" % (_printable(environ.get("REQUEST_METHOD", "")), _printable(path, "%"))
+    query = environ.get("QUERY_STRING", "")
+    if query:
+        fields = query.split("&")
+        for i, field in enumerate(fields):
+            name, equals, _ = field.partition("=")
+            if equals and _unquote(name) == b"qstash_token":
+                fields[i] = name + "=[redacted]"
+        line += "?" + _printable("&".join(fields))
+    return line
+
+
+def _printable(text: str, unsafe: str = "") -> str:
+    """Percent-encode all but printable ASCII (and ``unsafe``), so a log line stays one line."""
+    safe = "".join(c for c in "/!$&'()*+,;=:@-._~%[]" if c not in unsafe)
+    return quote(_latin1(text), safe=safe)
+
+
+def _json(value: Any) -> bytes:
+    """Encode ``value`` the one way this service writes JSON: compact UTF-8."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+def is_loopback(host: str) -> bool:
+    """Tell whether ``host`` names only this machine's loopback interface."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
+    """Build the app from the environment: ``QSTASH_LISTS_DATA`` and ``QSTASH_TOKEN``.
+
+    This is the factory for ``waitress-serve --call app:make_app`` and other
+    servers.  It cannot know the address it will listen on, so it never falls
+    back to the dev token: a one-account file needs ``QSTASH_TOKEN``.
+    """
+    env = os.environ if environ is None else environ
+    token = env.get("QSTASH_TOKEN")
+    if token is not None and store.check_token(token) is not None:
+        raise DataError(["QSTASH_TOKEN: %s" % store.check_token(token)])
+    return create_app(open_data(env.get("QSTASH_LISTS_DATA", "data.json"), token))
+
+
+def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, str]] = None) -> int:
+    """Run the command line: serve under waitress, or ``--check`` a data file."""
+    env = os.environ if environ is None else environ
+    args = _parser().parse_args(argv)
+    token = env.get("QSTASH_TOKEN")
+    if token is not None and store.check_token(token) is not None:
+        return _fail(["QSTASH_TOKEN: %s" % store.check_token(token)])
+    dev = token is None and (args.check or is_loopback(args.host))
+    try:
+        data = open_data(args.data, DEV_TOKEN if dev else token)
+    except store.TokenMissing:
+        return _fail([
+            "%s: holds a single account, and QSTASH_TOKEN is not set" % args.data,
+            "The built-in dev token serves only a loopback address (not %r): "
+            "set QSTASH_TOKEN to serve there." % args.host,
+        ])
+    except DataError as exc:
+        return _fail(exc.faults)
+    if args.check:
+        print("%s: OK: %s" % (args.data, data.current().store.summary()))
+        return 0
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    if args.quiet:
+        access_logger.disabled = True
+    try:
+        from waitress import create_server
+    except ImportError:
+        return _fail(["waitress is not installed: python -m pip install waitress"])
+    try:
+        server = create_server(
+            create_app(data, access_log=not args.quiet),
+            host=args.host,
+            port=args.port,
+            threads=args.threads,
+            ident="qstash-lists",  # the Server header; no version numbers
+            channel_timeout=30,  # an idle or stalled connection is closed after 30 s
+            connection_limit=1000,
+            max_request_header_size=16 * 1024,
+            max_request_body_size=64 * 1024,  # the API takes no request bodies
+        )
+    except (OSError, ValueError) as exc:
+        return _fail(["cannot listen on %s port %d: %s" % (args.host, args.port, exc)])
+
+    urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in _listening(server)]
+    print("qstash-lists serving %s (%s) on %s" % (args.data, data.current().store.summary(), " ".join(urls)))
+    if dev:
+        print("QSTASH_URL=%s" % urls[0])
+        print("QSTASH_TOKEN=%s" % DEV_TOKEN)
+    sys.stdout.flush()
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(0)  # waitress's run() closes its sockets and threads on the way out
+
+    signal.signal(signal.SIGTERM, stop)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, lambda signum, frame: data.refresh(force=True))
+    server.run()
+    return 0
+
+
+def _listening(server: Any) -> List[Tuple[str, int]]:
+    if hasattr(server, "effective_listen"):  # several sockets, as for "localhost"
+        return [(host, port) for host, port in server.effective_listen]
+    return [(server.effective_host, server.effective_port)]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="qstash-lists",
+        description="Serve QStash's GET /v2/topics and GET /v2/queues from a JSON data file.",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    parser.add_argument("--port", type=_port, default=8080, help="port; 0 picks a free one (default: %(default)s)")
+    parser.add_argument("--data", default="data.json", help="the data file (default: %(default)s)")
+    parser.add_argument("--threads", type=_positive, default=DEFAULT_THREADS,
+                        help="waitress worker threads (default: %(default)s)")
+    parser.add_argument("--quiet", action="store_true", help="no access log")
+    parser.add_argument("--check", action="store_true", help="validate the data file, print a summary and exit")
+    return parser
+
+
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError("expected 0 to 65535")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("expected a whole number of at least 1")
+    return value
+
+
+def _fail(lines: Sequence[str]) -> int:
+    for line in lines:
+        print(line, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

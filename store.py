@@ -1,0 +1,456 @@
+"""The data behind qstash-lists: load, validate and watch the JSON data file.
+
+The file holds one account (``{"urlGroups": [...], "queues": [...]}``, whose
+token the caller supplies) or several (``{"accounts": [{"token": ...}, ...]}``).
+It becomes frozen dataclasses, or a :class:`DataError` that lists every fault
+with its exact place.  :class:`DataFile` keeps the last good snapshot of a file
+that people edit while the service runs.  Nothing here knows about HTTP.
+
+Check a file from the shell with ``python app.py --check --data FILE``.
+"""
+
+import hashlib
+import hmac
+import json
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, TypeVar
+from urllib.parse import urlsplit
+
+__all__ = [
+    "Account",
+    "DataError",
+    "DataFile",
+    "Endpoint",
+    "Queue",
+    "Store",
+    "TokenMissing",
+    "UrlGroup",
+    "check_token",
+    "load",
+]
+
+logger = logging.getLogger("qstash_lists")
+
+#: The largest integer a JavaScript client reads back exactly.
+MAX_SAFE_INTEGER = 2**53 - 1
+#: How many faults one report lists before it stops counting them out.
+MAX_FAULTS = 50
+_GROUP_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
+_TOKEN = re.compile(r"[!-~]+")  # visible ASCII: what fits in "Bearer <token>"
+
+
+class DataError(Exception):
+    """A data file that cannot be served; ``faults`` holds one line per fault."""
+
+    def __init__(self, faults: List[str]) -> None:
+        super().__init__("\n".join(faults))
+        self.faults = faults
+
+
+class TokenMissing(DataError):
+    """A file in the one-account form, loaded without a token for that account."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One endpoint of a URL group."""
+
+    url: str
+    name: Optional[str] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Return the API's JSON object; ``name`` is left out when there is none."""
+        if self.name is None:
+            return {"url": self.url}
+        return {"name": self.name, "url": self.url}
+
+
+@dataclass(frozen=True)
+class UrlGroup:
+    """A URL group (the API's "topic") and its endpoints."""
+
+    created_at: int
+    updated_at: int
+    name: str
+    endpoints: Tuple[Endpoint, ...] = ()
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Return the API's JSON object."""
+        return {
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+            "name": self.name,
+            "endpoints": [endpoint.to_dict() for endpoint in self.endpoints],
+        }
+
+
+@dataclass(frozen=True)
+class Queue:
+    """A queue."""
+
+    created_at: int
+    updated_at: int
+    name: str
+    parallelism: int
+    lag: int
+    paused: bool = False
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Return the API's JSON object."""
+        return {
+            "createdAt": self.created_at,
+            "updatedAt": self.updated_at,
+            "name": self.name,
+            "parallelism": self.parallelism,
+            "lag": self.lag,
+            "paused": self.paused,
+        }
+
+
+@dataclass(frozen=True)
+class Account:
+    """The URL groups and queues that one token sees."""
+
+    # Only the digest is kept, so no repr, log line or core dump shows the token.
+    token_sha256: bytes
+    url_groups: Tuple[UrlGroup, ...] = ()
+    queues: Tuple[Queue, ...] = ()
+
+
+@dataclass(frozen=True)
+class Store:
+    """Every account of one loaded data file."""
+
+    accounts: Tuple[Account, ...]
+
+    def find(self, token: bytes) -> Optional[Account]:
+        """Return the account whose token is ``token``, in constant time, or None."""
+        digest = hashlib.sha256(token).digest()
+        found = None
+        for account in self.accounts:  # no early exit: every token costs the same
+            if hmac.compare_digest(digest, account.token_sha256):
+                found = account
+        return found
+
+    def summary(self) -> str:
+        """Return "N accounts, N URL groups, N queues"."""
+        groups = sum(len(account.url_groups) for account in self.accounts)
+        queues = sum(len(account.queues) for account in self.accounts)
+        return "%s, %s, %s" % (
+            _plural(len(self.accounts), "account"),
+            _plural(groups, "URL group"),
+            _plural(queues, "queue"),
+        )
+
+
+def check_token(token: str) -> Optional[str]:
+    """Return why ``token`` cannot be used as a bearer token, or None if it can."""
+    if not token:
+        return "expected a non-empty token"
+    if not _TOKEN.fullmatch(token):
+        return "expected a token of visible ASCII characters, with no spaces"
+    return None
+
+
+def load(path: str, token: Optional[str]) -> Store:
+    """Load and validate the data file at ``path``; raise DataError on any fault.
+
+    ``token`` is the token of a file in the one-account form; a file that lists
+    its accounts names their tokens itself.
+    """
+    try:
+        with open(path, "rb") as file:
+            raw = file.read()
+    except OSError as exc:
+        raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
+    return parse(raw, path, token)
+
+
+def parse(raw: bytes, source: str, token: Optional[str]) -> Store:
+    """Validate the JSON document ``raw``; ``source`` names it in fault messages."""
+    try:
+        document = json.loads(raw)
+    except UnicodeDecodeError as exc:
+        raise DataError(["%s: not UTF-8 text: %s" % (source, exc.reason)]) from None
+    except json.JSONDecodeError as exc:
+        fault = "line %d, column %d: invalid JSON: %s" % (exc.lineno, exc.colno, exc.msg)
+        raise DataError(["%s: %s" % (source, fault)]) from None
+    except RecursionError:
+        raise DataError(["%s: invalid JSON: nested too deeply" % source]) from None
+    checker = _Checker()
+    store = checker.document(document, token)
+    if checker.faults:
+        raise DataError(checker.report(source))
+    if checker.single_account and token is None:
+        raise TokenMissing(["%s: holds a single account, and no token was given for it" % source])
+    return store
+
+
+class _Checker:
+    """Turns the parsed document into dataclasses, noting every fault on the way."""
+
+    def __init__(self) -> None:
+        self.faults: List[str] = []
+        self.single_account = False
+
+    def fault(self, where: str, message: str) -> None:
+        self.faults.append("%s: %s" % (where, message))
+
+    def report(self, source: str) -> List[str]:
+        lines = ["%s: %s" % (source, fault) for fault in self.faults[:MAX_FAULTS]]
+        if len(self.faults) > MAX_FAULTS:
+            lines.append("%s: ... and %d more" % (source, len(self.faults) - MAX_FAULTS))
+        return lines
+
+    def fields(self, value: Any, where: str, required: Tuple[str, ...],
+               optional: Tuple[str, ...] = ()) -> Optional[Dict[str, Any]]:
+        """Return ``value`` if it is an object with exactly these keys, else None."""
+        if type(value) is not dict:
+            self.fault(where, "expected an object, got %s" % _show(value))
+            return None
+        for key in value:
+            if key not in required and key not in optional:
+                self.fault(_at(where, key), "unknown key (expected %s)" % _one_of(required + optional))
+        missing = [key for key in required if key not in value]
+        for key in missing:
+            self.fault(_at(where, key), "missing")
+        return None if missing else value
+
+    def items(self, value: Any, where: str) -> List[Any]:
+        if type(value) is not list:
+            self.fault(where, "expected an array, got %s" % _show(value))
+            return []
+        return value
+
+    def integer(self, value: Any, where: str) -> int:
+        if type(value) is not int or value < 0:
+            self.fault(where, "expected a non-negative integer, got %s" % _show(value))
+            return 0
+        if value > MAX_SAFE_INTEGER:
+            self.fault(where, "expected an integer no larger than %d (2**53 - 1), got %d"
+                       % (MAX_SAFE_INTEGER, value))
+        return value
+
+    def name(self, value: Any, where: str, seen: Dict[str, str],
+             pattern: Optional["re.Pattern[str]"] = None) -> str:
+        if type(value) is not str or not value:
+            self.fault(where, "expected a non-empty string, got %s" % _show(value))
+            return ""
+        if pattern is not None and not pattern.fullmatch(value):
+            self.fault(where, "expected only letters, digits, '_', '-' and '.', got %s" % _show(value))
+        if value in seen:
+            self.fault(where, "duplicate name %s (also at %s)" % (_show(value), seen[value]))
+        else:
+            seen[value] = where
+        return value
+
+    def times(self, value: Dict[str, Any], where: str) -> Tuple[int, int]:
+        created = self.integer(value["createdAt"], _at(where, "createdAt"))
+        updated = self.integer(value["updatedAt"], _at(where, "updatedAt"))
+        if updated < created:
+            self.fault(_at(where, "updatedAt"),
+                       "expected a time not before createdAt (%d), got %d" % (created, updated))
+        return created, updated
+
+    def document(self, value: Any, token: Optional[str]) -> Store:
+        if type(value) is dict and "accounts" in value:
+            top = self.fields(value, "(top level)", ("accounts",))
+            if top is None:
+                return Store(())
+            accounts = []
+            digests: Dict[bytes, str] = {}
+            for i, item in enumerate(self.items(top["accounts"], "accounts")):
+                account = self.account(item, "accounts[%d]" % i, digests)
+                if account is not None:
+                    accounts.append(account)
+            return Store(tuple(accounts))
+        top = self.fields(value, "(top level)", (), ("urlGroups", "queues"))
+        if top is None:
+            return Store(())
+        self.single_account = True
+        digest = b"" if token is None else hashlib.sha256(token.encode()).digest()
+        return Store((self.collections(top, "", digest),))
+
+    def account(self, value: Any, where: str, digests: Dict[bytes, str]) -> Optional[Account]:
+        item = self.fields(value, where, (), ("token", "tokenSha256", "urlGroups", "queues"))
+        if item is None:
+            return None
+        digest = self.token(item, where)
+        if digest is None:
+            return None
+        if digest in digests:
+            self.fault(where, "same token as %s" % digests[digest])
+        else:
+            digests[digest] = where
+        return self.collections(item, where + ".", digest)
+
+    def token(self, item: Dict[str, Any], where: str) -> Optional[bytes]:
+        if ("token" in item) == ("tokenSha256" in item):
+            self.fault(where, "expected exactly one of 'token' or 'tokenSha256'")
+            return None
+        if "token" in item:
+            value = item["token"]
+            problem = check_token(value) if type(value) is str else "expected a string"
+            if problem is not None:
+                # Never show the value: it is meant to be a secret.
+                self.fault(_at(where, "token"), problem)
+                return None
+            return hashlib.sha256(value.encode()).digest()
+        value = item["tokenSha256"]
+        if type(value) is not str or not _SHA256_HEX.fullmatch(value):
+            self.fault(_at(where, "tokenSha256"),
+                       "expected 64 hexadecimal digits (a SHA-256 digest), got %s" % _show(value))
+            return None
+        return bytes.fromhex(value)
+
+    def collections(self, item: Dict[str, Any], prefix: str, digest: bytes) -> Account:
+        groups = self.each(item.get("urlGroups", []), prefix + "urlGroups", self.url_group)
+        queues = self.each(item.get("queues", []), prefix + "queues", self.queue)
+        return Account(digest, groups, queues)
+
+    def each(self, value: Any, where: str, build: Callable[[Any, str, Dict[str, str]], Any]) -> tuple:
+        """Build every element of the array ``value``; names must be unique among them."""
+        seen: Dict[str, str] = {}
+        built = (build(raw, "%s[%d]" % (where, i), seen) for i, raw in enumerate(self.items(value, where)))
+        return tuple(thing for thing in built if thing is not None)
+
+    def url_group(self, value: Any, where: str, seen: Dict[str, str]) -> Optional[UrlGroup]:
+        item = self.fields(value, where, ("createdAt", "updatedAt", "name", "endpoints"))
+        if item is None:
+            return None
+        created, updated = self.times(item, where)
+        name = self.name(item["name"], _at(where, "name"), seen, _GROUP_NAME)
+        endpoints = self.each(item["endpoints"], _at(where, "endpoints"), self.endpoint)
+        return UrlGroup(created, updated, name, endpoints)
+
+    def endpoint(self, value: Any, where: str, seen: Dict[str, str]) -> Optional[Endpoint]:
+        item = self.fields(value, where, ("url",), ("name",))
+        if item is None:
+            return None
+        url = item["url"]
+        if not _is_http_url(url):
+            self.fault(_at(where, "url"), "expected an absolute http or https URL, got %s" % _show(url))
+        if "name" not in item:
+            return Endpoint(url)
+        return Endpoint(url, self.name(item["name"], _at(where, "name"), seen))
+
+    def queue(self, value: Any, where: str, seen: Dict[str, str]) -> Optional[Queue]:
+        item = self.fields(value, where, ("createdAt", "updatedAt", "name", "parallelism", "lag"),
+                           ("paused",))
+        if item is None:
+            return None
+        created, updated = self.times(item, where)
+        name = self.name(item["name"], _at(where, "name"), seen)
+        parallelism = self.integer(item["parallelism"], _at(where, "parallelism"))
+        lag = self.integer(item["lag"], _at(where, "lag"))
+        paused = item.get("paused", False)
+        if type(paused) is not bool:
+            self.fault(_at(where, "paused"), "expected true or false, got %s" % _show(paused))
+        return Queue(created, updated, name, parallelism, lag, paused)
+
+
+def _at(where: str, key: str) -> str:
+    return key if where == "(top level)" else "%s.%s" % (where, key)
+
+
+def _one_of(keys: Tuple[str, ...]) -> str:
+    return ", ".join("'%s'" % key for key in keys)
+
+
+def _show(value: Any) -> str:
+    """Name a JSON value in a fault message, briefly."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _plural(count: int, noun: str) -> str:
+    return "%d %s%s" % (count, noun, "" if count == 1 else "s")
+
+
+def _is_http_url(value: Any) -> bool:
+    if type(value) is not str or not value.isprintable() or " " in value:
+        return False
+    try:
+        parts = urlsplit(value)
+        parts.port  # raises ValueError on a port that is not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+T = TypeVar("T")
+
+
+class DataFile(Generic[T]):
+    """The last good snapshot of a data file that may change while it is served.
+
+    :meth:`current` looks at the file's size, mtime and inode at most once per
+    ``interval`` seconds, from whichever thread asks; when they change it builds
+    a new snapshot with ``build(path)`` and swaps it in whole.  A version that
+    ``build`` rejects with DataError is logged once and the last good snapshot
+    stays in service.  No reader ever waits for a reload or sees half of one.
+    """
+
+    def __init__(self, path: str, build: Callable[[str], T], interval: float = 1.0) -> None:
+        self.path = path
+        self.interval = interval
+        self._build = build
+        self._lock = threading.Lock()
+        self._signature = self._stat()
+        self._snapshot = build(path)  # the first load's DataError is the caller's
+        self._next_check = time.monotonic() + interval
+
+    def current(self) -> T:
+        """Return the newest good snapshot, reloading first if the file changed."""
+        if time.monotonic() >= self._next_check:
+            self.refresh()
+        return self._snapshot
+
+    def refresh(self, force: bool = False) -> None:
+        """Reload now if the file changed (always, with ``force``), unless a reload is running."""
+        if force:
+            self._signature = None
+            self._next_check = 0.0
+        if not self._lock.acquire(blocking=False):
+            return  # another thread is looking; keep serving the current snapshot
+        try:
+            self._next_check = time.monotonic() + self.interval
+            signature = self._stat()
+            if signature == self._signature:
+                return
+            self._signature = signature  # a bad version is reported once, not every second
+            try:
+                snapshot = self._build(self.path)
+            except DataError as exc:
+                for fault in exc.faults:
+                    logger.error("%s", fault)
+                logger.error("%s: keeping the last good version", self.path)
+                return
+            except Exception:
+                logger.exception("%s: reload failed; keeping the last good version", self.path)
+                return
+            if self._stat() != signature:
+                # Changed while we read it: perhaps torn.  Look again on the next check.
+                self._signature = None
+                return
+            self._snapshot = snapshot
+            logger.info("%s: reloaded", self.path)
+        finally:
+            self._lock.release()
+
+    def _stat(self) -> Optional[Tuple[int, int, int, int]]:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns)

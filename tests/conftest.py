@@ -1,0 +1,111 @@
+"""Shared helpers: drive the WSGI app through wsgiref's validator, and build data files."""
+
+import copy
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, NamedTuple, Optional
+from wsgiref.util import setup_testing_defaults
+from wsgiref.validate import validator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import app as service  # noqa: E402
+
+TOKEN_A = "token-a"
+TOKEN_B = "token-b"
+TOKEN_C = "token-c"  # stored only as its SHA-256 digest
+
+ALPHA_GROUP = {
+    "createdAt": 1700000000000,
+    "updatedAt": 1700000500000,
+    "name": "orders",
+    "endpoints": [
+        {"name": "billing", "url": "https://billing.example.com/hook"},
+        {"url": "http://crm.example.com/hook"},
+    ],
+}
+ALPHA_QUEUE = {
+    "createdAt": 1700000000000,
+    "updatedAt": 1700000000000,
+    "name": "emails",
+    "parallelism": 2,
+    "lag": 0,
+    "paused": False,
+}
+BETA_QUEUE = {
+    "createdAt": 1700000001000,
+    "updatedAt": 1700000002000,
+    "name": "reports",
+    "parallelism": 1,
+    "lag": 7,
+}
+
+
+def accounts_document() -> Dict[str, Any]:
+    """Three accounts: A has a group and a queue, B one queue, C (by digest) nothing."""
+    return copy.deepcopy({
+        "accounts": [
+            {"token": TOKEN_A, "urlGroups": [ALPHA_GROUP], "queues": [ALPHA_QUEUE]},
+            {"token": TOKEN_B, "queues": [BETA_QUEUE]},
+            {"tokenSha256": hashlib.sha256(TOKEN_C.encode()).hexdigest()},
+        ]
+    })
+
+
+class Response(NamedTuple):
+    status: int
+    headers: Dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def call(app: Any, path: str = "/v2/queues", method: str = "GET", query: str = "",
+         headers: Optional[Dict[str, str]] = None, **environ: Any) -> Response:
+    """Call ``app`` once, wrapped in wsgiref's validator, and collect the response."""
+    env: Dict[str, Any] = {}
+    setup_testing_defaults(env)
+    env.update(REQUEST_METHOD=method, PATH_INFO=path, QUERY_STRING=query, SCRIPT_NAME="")
+    for name, value in (headers or {}).items():
+        env["HTTP_" + name.upper().replace("-", "_")] = value
+    env.update(environ)
+    started: List[Any] = []
+
+    def start_response(status: str, response_headers: List[Any], exc_info: Any = None) -> Any:
+        started[:] = [status, response_headers]
+        return lambda data: None
+
+    body = validator(app)(env, start_response)
+    try:
+        data = b"".join(body)
+    finally:
+        body.close()
+    status, response_headers = started
+    names = [name.lower() for name, _ in response_headers]
+    assert len(names) == len(set(names)), "repeated header: %r" % response_headers
+    return Response(int(status[:3]), {name: value for name, value in response_headers}, data)
+
+
+def bearer(token: str) -> Dict[str, str]:
+    return {"Authorization": "Bearer " + token}
+
+
+def write_json(path: Path, document: Any) -> Path:
+    path.write_text(json.dumps(document, indent=2), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def data_path(tmp_path: Path) -> Path:
+    return write_json(tmp_path / "data.json", accounts_document())
+
+
+@pytest.fixture
+def app(data_path: Path) -> Any:
+    return service.create_app(service.open_data(str(data_path), None, interval=0), access_log=False)

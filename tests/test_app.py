@@ -1,0 +1,201 @@
+"""The HTTP contract, through the WSGI callable (no socket)."""
+
+import hashlib
+import logging
+from typing import Any
+
+import pytest
+
+import app as service
+from conftest import (
+    ALPHA_GROUP, ALPHA_QUEUE, BETA_QUEUE, TOKEN_A, TOKEN_B, TOKEN_C, bearer, call, write_json,
+)
+
+UNAUTHORIZED = {
+    "error": "unauthorized: send your QStash token as 'Authorization: Bearer <token>' "
+    "or as the qstash_token query parameter"
+}
+
+
+def test_lists_url_groups_in_api_shape(app: Any) -> None:
+    response = call(app, "/v2/topics", headers=bearer(TOKEN_A))
+    assert response.status == 200
+    assert response.headers["Content-Type"] == "application/json"
+    assert response.headers["Content-Length"] == str(len(response.body))
+    assert response.json() == [ALPHA_GROUP]
+    group = response.json()[0]
+    assert list(group) == ["createdAt", "updatedAt", "name", "endpoints"]
+    assert group["endpoints"] == [
+        {"name": "billing", "url": "https://billing.example.com/hook"},
+        {"url": "http://crm.example.com/hook"},  # no name: no "name" key, not null
+    ]
+
+
+def test_lists_queues_with_paused_always_present(app: Any) -> None:
+    assert call(app, "/v2/queues", headers=bearer(TOKEN_A)).json() == [ALPHA_QUEUE]
+    queues = call(app, "/v2/queues", headers=bearer(TOKEN_B)).json()
+    assert queues == [dict(BETA_QUEUE, paused=False)]
+    assert list(queues[0]) == ["createdAt", "updatedAt", "name", "parallelism", "lag", "paused"]
+
+
+@pytest.mark.parametrize("path", ["/v2/topics", "/v2/queues"])
+def test_an_account_with_none_gets_an_empty_array(app: Any, path: str) -> None:
+    response = call(app, path, headers=bearer(TOKEN_C))
+    assert (response.status, response.body) == (200, b"[]")
+
+
+def test_accounts_see_only_their_own_data(app: Any) -> None:
+    a = call(app, "/v2/queues", headers=bearer(TOKEN_A)).json()
+    b = call(app, "/v2/queues", headers=bearer(TOKEN_B)).json()
+    assert [q["name"] for q in a] == ["emails"]
+    assert [q["name"] for q in b] == ["reports"]
+    assert call(app, "/v2/topics", headers=bearer(TOKEN_B)).json() == []
+
+
+def test_arrays_keep_the_order_of_the_file(tmp_path: Any) -> None:
+    queues = [dict(ALPHA_QUEUE, name=name) for name in ["zeta", "alpha", "mu"]]
+    path = write_json(tmp_path / "d.json", {"accounts": [{"token": TOKEN_A, "queues": queues}]})
+    app = service.create_app(service.open_data(str(path), None), access_log=False)
+    names = [q["name"] for q in call(app, headers=bearer(TOKEN_A)).json()]
+    assert names == ["zeta", "alpha", "mu"]
+
+
+@pytest.mark.parametrize("path, query", [
+    ("/v2/topics/", ""),
+    ("/v2/queues/", ""),
+    ("/v2/queues", "limit=10&cursor=abc&flag"),
+])
+def test_trailing_slash_and_unknown_parameters_change_nothing(app: Any, path: str, query: str) -> None:
+    plain = call(app, path.rstrip("/"), headers=bearer(TOKEN_A))
+    response = call(app, path, query=query, headers=bearer(TOKEN_A))
+    assert (response.status, response.body) == (200, plain.body)
+
+
+@pytest.mark.parametrize("path", ["/v2/topics", "/v2/queues"])
+def test_head_is_get_without_the_body(app: Any, path: str) -> None:
+    get = call(app, path, headers=bearer(TOKEN_A))
+    head = call(app, path, method="HEAD", headers=bearer(TOKEN_A))
+    assert (head.status, head.headers, head.body) == (get.status, get.headers, b"")
+
+
+# What counts as a credential: the whole rule set in one table.
+# A request may send its token in the Authorization header (scheme "Bearer", any case),
+# in the qstash_token query parameter, or both; every one sent must be well formed,
+# all must agree, and the token must belong to an account.
+AUTH_CASES = [
+    # headers, query, expected status, challenge carries error="invalid_token"
+    ({"Authorization": "Bearer token-a"}, "", 200, None),
+    ({"Authorization": "bearer token-a"}, "", 200, None),
+    ({"Authorization": "BEARER token-a"}, "", 200, None),
+    ({"Authorization": "Bearer   token-a"}, "", 200, None),  # RFC 7235: 1*SP
+    ({"Authorization": " Bearer token-a "}, "", 200, None),  # surrounding OWS
+    ({}, "qstash_token=token-a", 200, None),
+    ({}, "qstash%5Ftoken=token%2Da", 200, None),  # percent-encoded name and value
+    ({"Authorization": "Bearer token-a"}, "qstash_token=token-a", 200, None),  # agree
+    ({}, "qstash_token=token-a&qstash_token=token-a", 200, None),  # repeated, agree
+    ({"Authorization": "Bearer token-c"}, "", 200, None),  # account known by digest
+    ({}, "", 401, False),  # nothing
+    ({}, "other=token-a", 401, False),
+    ({"Authorization": ""}, "", 401, True),
+    ({"Authorization": "Bearer"}, "", 401, True),
+    ({"Authorization": "Bearer "}, "", 401, True),
+    ({"Authorization": "Basic dG9rZW4tYTo="}, "", 401, True),
+    ({"Authorization": "token-a"}, "", 401, True),
+    ({"Authorization": "Bearer token-a junk"}, "", 401, True),
+    ({"Authorization": "Bearer token-a\tjunk"}, "", 401, True),
+    ({"Authorization": "Bearer token-"}, "", 401, True),  # a prefix
+    ({"Authorization": "Bearer token-ab"}, "", 401, True),  # a suffix added
+    ({"Authorization": "Bearer TOKEN-A"}, "", 401, True),  # tokens are case-sensitive
+    ({"Authorization": "Bearer unknown"}, "", 401, True),
+    ({"Authorization": "Bearer " + hashlib.sha256(b"token-c").hexdigest()}, "", 401, True),
+    ({}, "qstash_token=", 401, True),
+    ({}, "qstash_token", 401, True),
+    ({}, "qstash_token=token-a&qstash_token=token-b", 401, True),  # disagree
+    ({"Authorization": "Bearer token-a"}, "qstash_token=token-b", 401, True),  # disagree
+    ({"Authorization": "Basic x"}, "qstash_token=token-a", 401, True),  # one is malformed
+]
+
+
+@pytest.mark.parametrize("headers, query, status, invalid_token", AUTH_CASES)
+def test_credentials(app: Any, headers: Any, query: str, status: int, invalid_token: Any) -> None:
+    response = call(app, "/v2/queues", query=query, headers=headers)
+    assert response.status == status
+    if status == 200:
+        return
+    assert response.json() == UNAUTHORIZED
+    expected = 'Bearer realm="qstash"' + (', error="invalid_token"' if invalid_token else "")
+    assert response.headers["WWW-Authenticate"] == expected
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"])
+@pytest.mark.parametrize("path", ["/v2/topics", "/v2/queues/"])
+def test_other_methods_get_405_with_allow(app: Any, method: str, path: str) -> None:
+    response = call(app, path, method=method, headers=bearer(TOKEN_A))
+    assert response.status == 405
+    assert response.headers["Allow"] == "GET, HEAD"
+    assert response.json() == {"error": "method not allowed: this path answers only GET and HEAD"}
+
+
+@pytest.mark.parametrize("path", [
+    "/", "", "/v2", "/v2/", "/v2/topic", "/v2/topicsx", "/v2/topics//", "//v2/topics",
+    "/v2/topics/orders", "/v1/queues", "/V2/QUEUES", "/v2/./queues", "/v2/messages",
+])
+def test_other_paths_get_404(app: Any, path: str) -> None:
+    response = call(app, path, headers=bearer(TOKEN_A))
+    assert response.status == 404
+    assert response.json() == {"error": "not found: this server answers GET /v2/topics and GET /v2/queues"}
+
+
+def test_every_response_is_json_with_exact_length_and_nosniff(app: Any) -> None:
+    for path, method, headers in [
+        ("/v2/queues", "GET", bearer(TOKEN_A)),
+        ("/v2/queues", "GET", {}),
+        ("/v2/queues", "POST", {}),
+        ("/nowhere", "GET", {}),
+    ]:
+        response = call(app, path, method=method, headers=headers)
+        assert response.headers["Content-Type"] == "application/json"
+        assert response.headers["Content-Length"] == str(len(response.body))
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_mounted_under_a_prefix(app: Any) -> None:
+    response = call(app, "/v2/queues", SCRIPT_NAME="/qstash", headers=bearer(TOKEN_A))
+    assert response.json() == [ALPHA_QUEUE]
+    assert call(app, "/qstash/v2/queues", headers=bearer(TOKEN_A)).status == 404
+
+
+class Broken:
+    def current(self) -> Any:
+        raise RuntimeError("secret detail")
+
+
+def test_an_exception_becomes_a_generic_500(caplog: Any) -> None:
+    app = service.create_app(Broken(), access_log=False)
+    with caplog.at_level(logging.ERROR, "qstash_lists"):
+        response = call(app, "/v2/queues", headers=bearer(TOKEN_A))
+    assert response.status == 500
+    assert response.json() == {"error": "internal server error; the server log has the details"}
+    assert b"secret detail" not in response.body
+    assert "RuntimeError: secret detail" in caplog.text  # the traceback is in the log
+
+
+def test_access_log_line_redacts_the_query_token(data_path: Any, caplog: Any) -> None:
+    app = service.create_app(service.open_data(str(data_path), None))
+    with caplog.at_level(logging.INFO, "qstash_lists.access"):
+        call(app, "/v2/queues", query="qstash_token=token-a&x=1", REMOTE_ADDR="10.0.0.9")
+        call(app, "/v2/queues", query="qstash%5Ftoken=token-a", headers=bearer(TOKEN_A))
+        call(app, "/v2/%0a\x1bqueues", method="HEAD", headers=bearer(TOKEN_A))
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 3
+    assert lines[0].startswith('10.0.0.9 "GET /v2/queues?qstash_token=[redacted]&x=1" 200 ')
+    assert lines[0].endswith("ms")
+    assert '"GET /v2/queues?qstash%5Ftoken=[redacted]" 200' in lines[1]
+    assert '"HEAD /v2/%250a%1Bqueues" 404 0 ' in lines[2]  # one line, no control characters
+    assert all(TOKEN_A not in line for line in lines)
+
+
+def test_a_quiet_app_logs_nothing(app: Any, caplog: Any) -> None:
+    with caplog.at_level(logging.INFO):
+        call(app, "/v2/queues", headers=bearer(TOKEN_A))
+    assert caplog.records == []

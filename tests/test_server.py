@@ -1,0 +1,154 @@
+"""The real thing: ``python app.py`` under waitress in a subprocess, spoken to over HTTP."""
+
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import pytest
+
+import app as service
+from conftest import ALPHA_QUEUE, ROOT, TOKEN_A, TOKEN_B, accounts_document, write_json
+
+SINGLE = {"queues": [ALPHA_QUEUE]}
+
+
+class Server:
+    def __init__(self, proc: "subprocess.Popen[str]", url: str, banner: List[str]) -> None:
+        self.proc = proc
+        self.url = url
+        self.banner = banner
+        match = re.fullmatch(r"http://([^:]+):(\d+)", url)
+        assert match, url
+        self.host, self.port = match.group(1), int(match.group(2))
+
+    def get(self, path: str, headers: Optional[Dict[str, str]] = None,
+            method: str = "GET") -> Tuple[int, "http.client.HTTPMessage", bytes]:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
+        try:
+            conn.request(method, path, headers=headers or {})
+            response = conn.getresponse()
+            return response.status, response.headers, response.read()
+        finally:
+            conn.close()
+
+    def stop(self) -> Tuple[int, str, str]:
+        """SIGTERM the server; return its exit status and the rest of its stdout and stderr."""
+        self.proc.send_signal(signal.SIGTERM)
+        out, err = self.proc.communicate(timeout=15)
+        return self.proc.returncode, out, err
+
+
+def run(args: List[str], env: Optional[Dict[str, str]] = None, **kwargs: Any) -> "subprocess.Popen[str]":
+    environ = {k: v for k, v in os.environ.items() if k != "QSTASH_TOKEN"}
+    environ.update(env or {})
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "app.py")] + args,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ, cwd=str(ROOT), **kwargs,
+    )
+
+
+@contextmanager
+def serving(data: Path, *args: str, env: Optional[Dict[str, str]] = None) -> Iterator[Server]:
+    proc = run(["--port", "0", "--data", str(data)] + list(args), env)
+    # Never hang the suite on a server that does not come up: kill it after 30 s.
+    watchdog = threading.Timer(30, proc.kill)
+    watchdog.start()
+    try:
+        first = proc.stdout.readline()  # type: ignore[union-attr]
+        match = re.search(r" on (http://\S+)", first)
+        if not match:
+            proc.kill()
+            raise AssertionError("server did not start: %r %r" % (first, proc.communicate()))
+        banner = [first]
+        if "QSTASH_TOKEN" not in (env or {}) and "accounts" not in data.read_text():
+            banner += [proc.stdout.readline(), proc.stdout.readline()]  # type: ignore[union-attr]
+        server = Server(proc, match.group(1), banner)
+        yield server
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def test_serves_accounts_over_http_and_stops_cleanly(data_path: Path) -> None:
+    with serving(data_path) as server:
+        status, headers, body = server.get("/v2/queues", {"Authorization": "Bearer " + TOKEN_A})
+        assert (status, json.loads(body)) == (200, [ALPHA_QUEUE])
+        assert headers["Content-Type"] == "application/json"
+        assert headers["Server"] == "qstash-lists"  # no version banner
+        status, _, body = server.get("/v2/queues?qstash_token=" + TOKEN_B)
+        assert [q["name"] for q in json.loads(body)] == ["reports"]
+        status, headers, body = server.get("/v2/topics")
+        assert status == 401 and headers["WWW-Authenticate"] == 'Bearer realm="qstash"'
+        status, headers, body = server.get("/v2/topics", {"Authorization": "Bearer " + TOKEN_A}, "HEAD")
+        assert (status, body) == (200, b"")
+        assert int(headers["Content-Length"]) > 0
+        code, _, err = server.stop()
+    assert code == 0
+    assert "Traceback" not in err
+    assert TOKEN_A not in err and TOKEN_B not in err
+    assert '"GET /v2/queues?qstash_token=[redacted]" 200' in err
+
+
+def test_default_dev_token_on_loopback_is_printed(tmp_path: Path) -> None:
+    with serving(write_json(tmp_path / "one.json", SINGLE)) as server:
+        assert server.banner[1] == "QSTASH_URL=%s\n" % server.url
+        assert server.banner[2] == "QSTASH_TOKEN=%s\n" % service.DEV_TOKEN
+        status, _, body = server.get("/v2/queues", {"Authorization": "Bearer " + service.DEV_TOKEN})
+        assert (status, json.loads(body)) == (200, [ALPHA_QUEUE])
+        assert server.stop()[0] == 0
+
+
+def test_a_configured_token_is_used_and_never_printed(tmp_path: Path) -> None:
+    data = write_json(tmp_path / "one.json", SINGLE)
+    with serving(data, "--quiet", env={"QSTASH_TOKEN": "s3cret-token"}) as server:
+        assert server.get("/v2/queues", {"Authorization": "Bearer s3cret-token"})[0] == 200
+        assert server.get("/v2/queues", {"Authorization": "Bearer " + service.DEV_TOKEN})[0] == 401
+        code, out, err = server.stop()
+    out = "".join(server.banner) + out
+    assert code == 0
+    assert "s3cret-token" not in out + err
+    assert err == ""  # --quiet: no access log
+
+
+def test_refuses_the_dev_token_off_loopback(tmp_path: Path) -> None:
+    proc = run(["--host", "0.0.0.0", "--port", "0", "--data", str(write_json(tmp_path / "one.json", SINGLE))])
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert out == ""
+    assert "QSTASH_TOKEN is not set" in err and "loopback" in err
+    assert "Traceback" not in err
+
+
+def test_a_bad_file_stops_start_up_with_the_place_of_the_fault(tmp_path: Path) -> None:
+    document = accounts_document()
+    document["accounts"][1]["queues"][0]["lag"] = "7"
+    bad = write_json(tmp_path / "bad.json", document)
+    proc = run(["--port", "0", "--data", str(bad)])
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert err == '%s: accounts[1].queues[0].lag: expected a non-negative integer, got "7"\n' % bad
+
+
+def test_check_prints_a_summary(data_path: Path) -> None:
+    proc = run(["--check", "--data", str(data_path)])
+    out, err = proc.communicate(timeout=30)
+    assert (proc.returncode, out, err) == (0, "%s: OK: 3 accounts, 1 URL group, 2 queues\n" % data_path, "")
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGINT"), reason="needs SIGINT")
+def test_ctrl_c_stops_cleanly(data_path: Path) -> None:
+    with serving(data_path, "--quiet") as server:
+        server.proc.send_signal(signal.SIGINT)
+        _, err = server.proc.communicate(timeout=15)
+    assert server.proc.returncode == 0
+    assert "Traceback" not in err
