@@ -340,15 +340,8 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
     token = env.get("QSTASH_TOKEN")
     if token is not None and store.check_token(token) is not None:
         return _fail(["QSTASH_TOKEN: %s" % store.check_token(token)])
-    dev = token is None and (args.check or is_loopback(args.host))
     try:
-        data = open_data(args.data, DEV_TOKEN if dev else token)
-    except store.TokenMissing:
-        return _fail([
-            "%s: holds a single account, and QSTASH_TOKEN is not set" % args.data,
-            "The built-in dev token serves only a loopback address (not %r): "
-            "set QSTASH_TOKEN to serve there." % args.host,
-        ])
+        data, dev = _open_cli_data(args.data, token, dev_allowed=args.check or is_loopback(args.host))
     except DataError as exc:
         return _fail(exc.faults)
     if args.check:
@@ -392,6 +385,22 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         signal.signal(signal.SIGHUP, lambda signum, frame: data.refresh(force=True))
     server.run()
     return 0
+
+
+def _open_cli_data(path: str, token: Optional[str], dev_allowed: bool) -> Tuple["DataFile[Snapshot]", bool]:
+    """Open the data file; a one-account file without QSTASH_TOKEN gets the dev token if allowed.
+
+    Return the data and whether the dev token is in use.
+    """
+    try:
+        return open_data(path, token), False
+    except store.TokenMissing:
+        if not dev_allowed:
+            raise DataError([
+                "%s: holds a single account, and QSTASH_TOKEN is not set" % path,
+                "The built-in dev token serves only a loopback address: set QSTASH_TOKEN to serve on others.",
+            ]) from None
+    return open_data(path, DEV_TOKEN), True
 
 
 def _listening(server: Any) -> List[Tuple[str, int]]:

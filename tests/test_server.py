@@ -92,8 +92,9 @@ def test_serves_accounts_over_http_and_stops_cleanly(data_path: Path) -> None:
         status, headers, body = server.get("/v2/topics", {"Authorization": "Bearer " + TOKEN_A}, "HEAD")
         assert (status, body) == (200, b"")
         assert int(headers["Content-Length"]) > 0
-        code, _, err = server.stop()
+        code, out, err = server.stop()
     assert code == 0
+    assert "QSTASH_TOKEN" not in "".join(server.banner) + out  # the dev token is no use here
     assert "Traceback" not in err
     assert TOKEN_A not in err and TOKEN_B not in err
     assert '"GET /v2/queues?qstash_token=[redacted]" 200' in err
