@@ -370,19 +370,21 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
     except (OSError, ValueError) as exc:
         return _fail(["cannot listen on %s port %d: %s" % (args.host, args.port, exc)])
 
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(0)  # waitress's run() closes its sockets and threads on the way out
+
+    # Before the banner: whoever reads it may signal us at once.
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, lambda signum, frame: data.refresh(force=True))
+
     urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in _listening(server)]
     print("qstash-lists serving %s (%s) on %s" % (args.data, data.current().store.summary(), " ".join(urls)))
     if dev:
         print("QSTASH_URL=%s" % urls[0])
         print("QSTASH_TOKEN=%s" % DEV_TOKEN)
     sys.stdout.flush()
-
-    def stop(signum: int, frame: Any) -> None:
-        raise SystemExit(0)  # waitress's run() closes its sockets and threads on the way out
-
-    signal.signal(signal.SIGTERM, stop)
-    if hasattr(signal, "SIGHUP"):
-        signal.signal(signal.SIGHUP, lambda signum, frame: data.refresh(force=True))
     server.run()
     return 0
 

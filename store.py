@@ -18,6 +18,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, TypeVar
 from urllib.parse import urlsplit
 
@@ -175,9 +176,11 @@ def load(path: str, token: Optional[str]) -> Store:
 def parse(raw: bytes, source: str, token: Optional[str]) -> Store:
     """Validate the JSON document ``raw``; ``source`` names it in fault messages."""
     try:
-        document = json.loads(raw)
+        text = raw.decode("utf-8-sig")  # an editor's byte-order mark is harmless
     except UnicodeDecodeError as exc:
-        raise DataError(["%s: not UTF-8 text: %s" % (source, exc.reason)]) from None
+        raise DataError(["%s: not UTF-8 text: %s at byte %d" % (source, exc.reason, exc.start)]) from None
+    try:
+        document = json.loads(text)
     except json.JSONDecodeError as exc:
         fault = "line %d, column %d: invalid JSON: %s" % (exc.lineno, exc.colno, exc.msg)
         raise DataError(["%s: %s" % (source, fault)]) from None
@@ -192,8 +195,22 @@ def parse(raw: bytes, source: str, token: Optional[str]) -> Store:
     return store
 
 
+_QUEUE_KEYS = frozenset(("createdAt", "updatedAt", "name", "parallelism", "lag", "paused"))
+_QUEUE_FIELDS = itemgetter("createdAt", "updatedAt", "name", "parallelism", "lag")
+_GROUP_KEYS = frozenset(("createdAt", "updatedAt", "name", "endpoints"))
+_GROUP_FIELDS = itemgetter("createdAt", "updatedAt", "name", "endpoints")
+_ENDPOINT_KEYS = frozenset(("url", "name"))
+
+
 class _Checker:
-    """Turns the parsed document into dataclasses, noting every fault on the way."""
+    """Turns the parsed document into dataclasses, noting every fault on the way.
+
+    Each element of an array is built by a method that takes the array's place
+    (``"accounts[1].queues"``), the element's index and the names seen so far in
+    that array.  A well-formed element takes the short way through its method; the
+    long way names every fault, and places are spelled out only there, because
+    formatting them for 100,000 good queues would cost more than checking them.
+    """
 
     def __init__(self) -> None:
         self.faults: List[str] = []
@@ -208,9 +225,35 @@ class _Checker:
             lines.append("%s: ... and %d more" % (source, len(self.faults) - MAX_FAULTS))
         return lines
 
+    def document(self, value: Any, token: Optional[str]) -> Store:
+        if type(value) is dict and "accounts" in value:
+            for key in value:
+                if key != "accounts":
+                    self.fault(key, "unknown key next to 'accounts' (a file lists accounts, "
+                               "or holds 'urlGroups' and 'queues' of one account, not both)")
+            accounts = self.each(value["accounts"], "accounts", self.account, {})
+            return Store(accounts)
+        top = self.fields(value, "(top level)", (), ("urlGroups", "queues", "accounts"))
+        if top is None:
+            return Store(())
+        self.single_account = True
+        digest = b"" if token is None else hashlib.sha256(token.encode()).digest()
+        return Store((self.collections(top, "", digest),))
+
+    def each(self, value: Any, where: str, build: Callable[..., Any], seen: Dict[Any, int]) -> tuple:
+        """Build every element of the array ``value``.
+
+        An element with a fault becomes None; that is harmless, because a
+        document with a fault is reported, never served.
+        """
+        if type(value) is not list:
+            self.fault(where, "expected an array, got %s" % _show(value))
+            return ()
+        return tuple([build(item, where, i, seen) for i, item in enumerate(value)])
+
     def fields(self, value: Any, where: str, required: Tuple[str, ...],
                optional: Tuple[str, ...] = ()) -> Optional[Dict[str, Any]]:
-        """Return ``value`` if it is an object with exactly these keys, else None."""
+        """Return ``value`` if it is an object with all ``required`` keys and no unknown ones."""
         if type(value) is not dict:
             self.fault(where, "expected an object, got %s" % _show(value))
             return None
@@ -222,12 +265,6 @@ class _Checker:
             self.fault(_at(where, key), "missing")
         return None if missing else value
 
-    def items(self, value: Any, where: str) -> List[Any]:
-        if type(value) is not list:
-            self.fault(where, "expected an array, got %s" % _show(value))
-            return []
-        return value
-
     def integer(self, value: Any, where: str) -> int:
         if type(value) is not int or value < 0:
             self.fault(where, "expected a non-negative integer, got %s" % _show(value))
@@ -237,17 +274,18 @@ class _Checker:
                        % (MAX_SAFE_INTEGER, value))
         return value
 
-    def name(self, value: Any, where: str, seen: Dict[str, str],
+    def name(self, value: Any, array: str, i: int, seen: Dict[str, int],
              pattern: Optional["re.Pattern[str]"] = None) -> str:
+        where = "%s[%d].name" % (array, i)
         if type(value) is not str or not value:
             self.fault(where, "expected a non-empty string, got %s" % _show(value))
             return ""
         if pattern is not None and not pattern.fullmatch(value):
             self.fault(where, "expected only letters, digits, '_', '-' and '.', got %s" % _show(value))
         if value in seen:
-            self.fault(where, "duplicate name %s (also at %s)" % (_show(value), seen[value]))
+            self.fault(where, "duplicate name %s (also at %s[%d].name)" % (_show(value), array, seen[value]))
         else:
-            seen[value] = where
+            seen[value] = i
         return value
 
     def times(self, value: Dict[str, Any], where: str) -> Tuple[int, int]:
@@ -258,26 +296,8 @@ class _Checker:
                        "expected a time not before createdAt (%d), got %d" % (created, updated))
         return created, updated
 
-    def document(self, value: Any, token: Optional[str]) -> Store:
-        if type(value) is dict and "accounts" in value:
-            top = self.fields(value, "(top level)", ("accounts",))
-            if top is None:
-                return Store(())
-            accounts = []
-            digests: Dict[bytes, str] = {}
-            for i, item in enumerate(self.items(top["accounts"], "accounts")):
-                account = self.account(item, "accounts[%d]" % i, digests)
-                if account is not None:
-                    accounts.append(account)
-            return Store(tuple(accounts))
-        top = self.fields(value, "(top level)", (), ("urlGroups", "queues"))
-        if top is None:
-            return Store(())
-        self.single_account = True
-        digest = b"" if token is None else hashlib.sha256(token.encode()).digest()
-        return Store((self.collections(top, "", digest),))
-
-    def account(self, value: Any, where: str, digests: Dict[bytes, str]) -> Optional[Account]:
+    def account(self, value: Any, array: str, i: int, digests: Dict[bytes, int]) -> Optional[Account]:
+        where = "%s[%d]" % (array, i)
         item = self.fields(value, where, (), ("token", "tokenSha256", "urlGroups", "queues"))
         if item is None:
             return None
@@ -285,9 +305,9 @@ class _Checker:
         if digest is None:
             return None
         if digest in digests:
-            self.fault(where, "same token as %s" % digests[digest])
+            self.fault(where, "same token as %s[%d]" % (array, digests[digest]))
         else:
-            digests[digest] = where
+            digests[digest] = i
         return self.collections(item, where + ".", digest)
 
     def token(self, item: Dict[str, Any], where: str) -> Optional[bytes]:
@@ -310,26 +330,36 @@ class _Checker:
         return bytes.fromhex(value)
 
     def collections(self, item: Dict[str, Any], prefix: str, digest: bytes) -> Account:
-        groups = self.each(item.get("urlGroups", []), prefix + "urlGroups", self.url_group)
-        queues = self.each(item.get("queues", []), prefix + "queues", self.queue)
+        groups = self.each(item.get("urlGroups", []), prefix + "urlGroups", self.url_group, {})
+        queues = self.each(item.get("queues", []), prefix + "queues", self.queue, {})
         return Account(digest, groups, queues)
 
-    def each(self, value: Any, where: str, build: Callable[[Any, str, Dict[str, str]], Any]) -> tuple:
-        """Build every element of the array ``value``; names must be unique among them."""
-        seen: Dict[str, str] = {}
-        built = (build(raw, "%s[%d]" % (where, i), seen) for i, raw in enumerate(self.items(value, where)))
-        return tuple(thing for thing in built if thing is not None)
-
-    def url_group(self, value: Any, where: str, seen: Dict[str, str]) -> Optional[UrlGroup]:
+    def url_group(self, value: Any, array: str, i: int, seen: Dict[str, int]) -> Optional[UrlGroup]:
+        if type(value) is dict and value.keys() == _GROUP_KEYS:
+            created, updated, name, endpoints = _GROUP_FIELDS(value)
+            if (type(created) is type(updated) is int and 0 <= created <= updated <= MAX_SAFE_INTEGER
+                    and type(name) is str and _GROUP_NAME.fullmatch(name) and name not in seen):
+                seen[name] = i
+                where = "%s[%d].endpoints" % (array, i)
+                return UrlGroup(created, updated, name, self.each(endpoints, where, self.endpoint, {}))
+        where = "%s[%d]" % (array, i)
         item = self.fields(value, where, ("createdAt", "updatedAt", "name", "endpoints"))
         if item is None:
             return None
         created, updated = self.times(item, where)
-        name = self.name(item["name"], _at(where, "name"), seen, _GROUP_NAME)
-        endpoints = self.each(item["endpoints"], _at(where, "endpoints"), self.endpoint)
+        name = self.name(item["name"], array, i, seen, _GROUP_NAME)
+        endpoints = self.each(item["endpoints"], _at(where, "endpoints"), self.endpoint, {})
         return UrlGroup(created, updated, name, endpoints)
 
-    def endpoint(self, value: Any, where: str, seen: Dict[str, str]) -> Optional[Endpoint]:
+    def endpoint(self, value: Any, array: str, i: int, seen: Dict[str, int]) -> Optional[Endpoint]:
+        if type(value) is dict and value.keys() <= _ENDPOINT_KEYS and _is_http_url(value.get("url")):
+            name = value.get("name")
+            if name is None and "name" not in value:
+                return Endpoint(value["url"])
+            if type(name) is str and name and name not in seen:
+                seen[name] = i
+                return Endpoint(value["url"], name)
+        where = "%s[%d]" % (array, i)
         item = self.fields(value, where, ("url",), ("name",))
         if item is None:
             return None
@@ -338,15 +368,29 @@ class _Checker:
             self.fault(_at(where, "url"), "expected an absolute http or https URL, got %s" % _show(url))
         if "name" not in item:
             return Endpoint(url)
-        return Endpoint(url, self.name(item["name"], _at(where, "name"), seen))
+        return Endpoint(url, self.name(item["name"], array, i, seen))
 
-    def queue(self, value: Any, where: str, seen: Dict[str, str]) -> Optional[Queue]:
+    def queue(self, value: Any, array: str, i: int, seen: Dict[str, int]) -> Optional[Queue]:
+        if type(value) is dict and value.keys() <= _QUEUE_KEYS and len(value) >= 5:
+            try:
+                created, updated, name, parallelism, lag = _QUEUE_FIELDS(value)
+            except KeyError:
+                pass
+            else:
+                paused = value.get("paused", False)
+                if (type(created) is type(updated) is type(parallelism) is type(lag) is int
+                        and 0 <= created <= updated <= MAX_SAFE_INTEGER
+                        and 0 <= parallelism <= MAX_SAFE_INTEGER and 0 <= lag <= MAX_SAFE_INTEGER
+                        and type(name) is str and name and name not in seen and type(paused) is bool):
+                    seen[name] = i
+                    return Queue(created, updated, name, parallelism, lag, paused)
+        where = "%s[%d]" % (array, i)
         item = self.fields(value, where, ("createdAt", "updatedAt", "name", "parallelism", "lag"),
                            ("paused",))
         if item is None:
             return None
         created, updated = self.times(item, where)
-        name = self.name(item["name"], _at(where, "name"), seen)
+        name = self.name(item["name"], array, i, seen)
         parallelism = self.integer(item["parallelism"], _at(where, "parallelism"))
         lag = self.integer(item["lag"], _at(where, "lag"))
         paused = item.get("paused", False)
