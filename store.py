@@ -265,13 +265,15 @@ class _Checker:
             self.fault(_at(where, key), "missing")
         return None if missing else value
 
-    def integer(self, value: Any, where: str) -> int:
+    def integer(self, value: Any, where: str) -> Optional[int]:
+        """Return ``value`` if it is a non-negative integer a JavaScript client reads exactly."""
         if type(value) is not int or value < 0:
             self.fault(where, "expected a non-negative integer, got %s" % _show(value))
-            return 0
+            return None
         if value > MAX_SAFE_INTEGER:
             self.fault(where, "expected an integer no larger than %d (2**53 - 1), got %d"
                        % (MAX_SAFE_INTEGER, value))
+            return None
         return value
 
     def name(self, value: Any, array: str, i: int, seen: Dict[str, int],
@@ -288,10 +290,10 @@ class _Checker:
             seen[value] = i
         return value
 
-    def times(self, value: Dict[str, Any], where: str) -> Tuple[int, int]:
+    def times(self, value: Dict[str, Any], where: str) -> Tuple[Optional[int], Optional[int]]:
         created = self.integer(value["createdAt"], _at(where, "createdAt"))
         updated = self.integer(value["updatedAt"], _at(where, "updatedAt"))
-        if updated < created:
+        if created is not None and updated is not None and updated < created:
             self.fault(_at(where, "updatedAt"),
                        "expected a time not before createdAt (%d), got %d" % (created, updated))
         return created, updated

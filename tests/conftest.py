@@ -37,6 +37,7 @@ ALPHA_QUEUE = {
     "lag": 0,
     "paused": False,
 }
+Q_TEMPLATE = {"createdAt": 1, "updatedAt": 2, "name": "q", "parallelism": 1, "lag": 0}
 BETA_QUEUE = {
     "createdAt": 1700000001000,
     "updatedAt": 1700000002000,

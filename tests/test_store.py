@@ -1,0 +1,273 @@
+"""The data file: every fault class with its exact message, and what a good file becomes."""
+
+import copy
+import hashlib
+import json
+import random
+import re
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+import store
+from conftest import ALPHA_GROUP, ALPHA_QUEUE, TOKEN_A, accounts_document, write_json
+
+Q = {"createdAt": 1, "updatedAt": 2, "name": "q", "parallelism": 1, "lag": 0}
+G = {"createdAt": 1, "updatedAt": 2, "name": "g", "endpoints": [{"url": "https://a.example/"}]}
+
+
+def faults(document: Any) -> List[str]:
+    raw = document if isinstance(document, bytes) else json.dumps(document).encode()
+    with pytest.raises(store.DataError) as info:
+        store.parse(raw, "data.json", "t")
+    return info.value.faults
+
+
+def one(document: Any) -> str:
+    found = faults(document)
+    assert len(found) == 1, found
+    return found[0]
+
+
+FAULTS = [
+    # Not JSON, or not the right shape at the top
+    (b'{"queues": [}', "line 1, column 13: invalid JSON: Expecting value"),
+    (b'{"queues": []\n,}', "line 2, column 2: invalid JSON: Expecting property name enclosed in double quotes"),
+    (b"", "line 1, column 1: invalid JSON: Expecting value"),
+    (b'{"queues": ["\xff"]}', "not UTF-8 text: invalid start byte at byte 13"),
+    (b"[]", "(top level): expected an object, got an array"),
+    (b"null", "(top level): expected an object, got null"),
+    ({"queue": []}, "queue: unknown key (expected 'urlGroups', 'queues', 'accounts')"),
+    ({"accounts": [], "queues": []}, "queues: unknown key next to 'accounts' (a file lists accounts, "
+                                     "or holds 'urlGroups' and 'queues' of one account, not both)"),
+    # Null or a wrong type where an array is expected
+    ({"queues": None}, "queues: expected an array, got null"),
+    ({"urlGroups": {}}, "urlGroups: expected an array, got an object"),
+    ({"urlGroups": [dict(G, endpoints=None)]}, "urlGroups[0].endpoints: expected an array, got null"),
+    ({"accounts": None}, "accounts: expected an array, got null"),
+    ({"queues": ["q"]}, 'queues[0]: expected an object, got "q"'),
+    # Wrong types
+    ({"queues": [dict(Q, lag="7")]}, 'queues[0].lag: expected a non-negative integer, got "7"'),
+    ({"queues": [dict(Q, lag=True)]}, "queues[0].lag: expected a non-negative integer, got true"),
+    ({"queues": [dict(Q, parallelism=None)]}, "queues[0].parallelism: expected a non-negative integer, got null"),
+    ({"queues": [dict(Q, createdAt=1.5)]}, "queues[0].createdAt: expected a non-negative integer, got 1.5"),
+    ({"queues": [dict(Q, updatedAt=2.0)]}, "queues[0].updatedAt: expected a non-negative integer, got 2.0"),
+    ({"queues": [dict(Q, paused="false")]}, 'queues[0].paused: expected true or false, got "false"'),
+    ({"queues": [dict(Q, paused=0)]}, "queues[0].paused: expected true or false, got 0"),
+    ({"queues": [dict(Q, name=7)]}, "queues[0].name: expected a non-empty string, got 7"),
+    ({"urlGroups": [dict(G, endpoints=[{"url": 5}])]},
+     "urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got 5"),
+    # Negative, too large, out of order
+    ({"queues": [dict(Q, lag=-1)]}, "queues[0].lag: expected a non-negative integer, got -1"),
+    ({"queues": [dict(Q, parallelism=-2)]}, "queues[0].parallelism: expected a non-negative integer, got -2"),
+    ({"queues": [dict(Q, createdAt=-1)]}, "queues[0].createdAt: expected a non-negative integer, got -1"),
+    ({"queues": [dict(Q, lag=2**53)]}, "queues[0].lag: expected an integer no larger than "
+                                       "9007199254740991 (2**53 - 1), got 9007199254740992"),
+    ({"queues": [dict(Q, createdAt=5, updatedAt=4)]},
+     "queues[0].updatedAt: expected a time not before createdAt (5), got 4"),
+    ({"urlGroups": [dict(G, createdAt=5, updatedAt=4)]},
+     "urlGroups[0].updatedAt: expected a time not before createdAt (5), got 4"),
+    # Missing and unknown keys, at every level
+    ({"queues": [{k: v for k, v in Q.items() if k != "lag"}]}, "queues[0].lag: missing"),
+    ({"urlGroups": [{k: v for k, v in G.items() if k != "endpoints"}]}, "urlGroups[0].endpoints: missing"),
+    ({"urlGroups": [dict(G, endpoints=[{"name": "x"}])]}, "urlGroups[0].endpoints[0].url: missing"),
+    ({"queues": [dict(Q, paralelism=2)]}, "queues[0].paralelism: unknown key (expected 'createdAt', "
+                                          "'updatedAt', 'name', 'parallelism', 'lag', 'paused')"),
+    ({"urlGroups": [dict(G, topic="x")]},
+     "urlGroups[0].topic: unknown key (expected 'createdAt', 'updatedAt', 'name', 'endpoints')"),
+    ({"urlGroups": [dict(G, endpoints=[{"url": "http://a", "nmae": "b"}])]},
+     "urlGroups[0].endpoints[0].nmae: unknown key (expected 'url', 'name')"),
+    ({"accounts": [{"token": "t", "queus": []}]},
+     "accounts[0].queus: unknown key (expected 'token', 'tokenSha256', 'urlGroups', 'queues')"),
+    # Names
+    ({"queues": [dict(Q, name="")]}, 'queues[0].name: expected a non-empty string, got ""'),
+    ({"urlGroups": [dict(G, name="")]}, 'urlGroups[0].name: expected a non-empty string, got ""'),
+    ({"urlGroups": [dict(G, name="my group")]},
+     "urlGroups[0].name: expected only letters, digits, '_', '-' and '.', got \"my group\""),
+    ({"urlGroups": [dict(G, name="ordérs")]},
+     "urlGroups[0].name: expected only letters, digits, '_', '-' and '.', got \"ordérs\""),
+    ({"queues": [Q, dict(Q, lag=3)]}, 'queues[1].name: duplicate name "q" (also at queues[0].name)'),
+    ({"urlGroups": [G, G]}, 'urlGroups[1].name: duplicate name "g" (also at urlGroups[0].name)'),
+    ({"urlGroups": [dict(G, endpoints=[{"name": "e", "url": "http://a"}, {"name": "e", "url": "http://b"}])]},
+     'urlGroups[0].endpoints[1].name: duplicate name "e" (also at urlGroups[0].endpoints[0].name)'),
+    ({"urlGroups": [dict(G, endpoints=[{"name": None, "url": "http://a"}])]},
+     "urlGroups[0].endpoints[0].name: expected a non-empty string, got null"),
+    # Endpoint URLs
+    ({"urlGroups": [dict(G, endpoints=[{"url": "ftp://a.example/"}])]},
+     'urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got "ftp://a.example/"'),
+    ({"urlGroups": [dict(G, endpoints=[{"url": "/hook"}])]},
+     'urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got "/hook"'),
+    ({"urlGroups": [dict(G, endpoints=[{"url": "https://"}])]},
+     'urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got "https://"'),
+    ({"urlGroups": [dict(G, endpoints=[{"url": "http://[::1/x"}])]},
+     'urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got "http://[::1/x"'),
+    ({"urlGroups": [dict(G, endpoints=[{"url": "http://a:port/"}])]},
+     'urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got "http://a:port/"'),
+    ({"urlGroups": [dict(G, endpoints=[{"url": "http://a.example/x y"}])]},
+     'urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got "http://a.example/x y"'),
+    # Accounts and tokens (a token's value is never shown)
+    ({"accounts": [{}]}, "accounts[0]: expected exactly one of 'token' or 'tokenSha256'"),
+    ({"accounts": [{"token": "a", "tokenSha256": "0" * 64}]},
+     "accounts[0]: expected exactly one of 'token' or 'tokenSha256'"),
+    ({"accounts": [{"token": ""}]}, "accounts[0].token: expected a non-empty token"),
+    ({"accounts": [{"token": "my secret"}]},
+     "accounts[0].token: expected a token of visible ASCII characters, with no spaces"),
+    ({"accounts": [{"token": 5}]}, "accounts[0].token: expected a string"),
+    ({"accounts": [{"tokenSha256": "abc"}]},
+     'accounts[0].tokenSha256: expected 64 hexadecimal digits (a SHA-256 digest), got "abc"'),
+    ({"accounts": [{"token": "a"}, {"token": "a"}]}, "accounts[1]: same token as accounts[0]"),
+    ({"accounts": [{"token": "a"}, {"tokenSha256": hashlib.sha256(b"a").hexdigest().upper()}]},
+     "accounts[1]: same token as accounts[0]"),
+]
+
+
+@pytest.mark.parametrize("document, message", FAULTS)
+def test_each_fault_is_reported_with_its_place(document: Any, message: str) -> None:
+    assert one(document) == "data.json: " + message
+
+
+def test_every_fault_is_reported_not_just_the_first() -> None:
+    document = {"accounts": [
+        {"token": TOKEN_A, "queues": [dict(Q, lag="1"), dict(Q, name="r", parallelism=-1)]},
+        {"token": "b", "urlGroups": [dict(G, name="a b")], "queues": [{"name": "x"}]},
+    ]}
+    assert faults(document) == [
+        'data.json: accounts[0].queues[0].lag: expected a non-negative integer, got "1"',
+        "data.json: accounts[0].queues[1].parallelism: expected a non-negative integer, got -1",
+        "data.json: accounts[1].urlGroups[0].name: expected only letters, digits, '_', '-' and '.', got \"a b\"",
+        "data.json: accounts[1].queues[0].createdAt: missing",
+        "data.json: accounts[1].queues[0].updatedAt: missing",
+        "data.json: accounts[1].queues[0].parallelism: missing",
+        "data.json: accounts[1].queues[0].lag: missing",
+    ]
+
+
+def test_reports_stop_at_a_cap() -> None:
+    found = faults({"queues": [dict(Q, name="q%d" % i, lag=-1) for i in range(80)]})
+    assert len(found) == store.MAX_FAULTS + 1
+    assert found[-1] == "data.json: ... and 30 more"
+
+
+def test_a_token_is_never_shown_in_a_fault() -> None:
+    found = faults({"accounts": [{"token": "sec ret"}, {"token": "x"}, {"token": "x", "queues": 1}]})
+    assert not any("sec ret" in line or '"x"' in line for line in found)
+
+
+def test_a_good_file_becomes_frozen_dataclasses(data_path: Path) -> None:
+    loaded = store.load(str(data_path), None)
+    a = loaded.accounts[0]
+    assert a.token_sha256 == hashlib.sha256(TOKEN_A.encode()).digest()
+    assert a.url_groups[0] == store.UrlGroup(
+        1700000000000, 1700000500000, "orders",
+        (store.Endpoint("https://billing.example.com/hook", "billing"), store.Endpoint("http://crm.example.com/hook")),
+    )
+    assert a.queues[0] == store.Queue(1700000000000, 1700000000000, "emails", 2, 0, False)
+    assert [g.to_dict() for g in a.url_groups] == [ALPHA_GROUP]
+    assert [q.to_dict() for q in a.queues] == [ALPHA_QUEUE]
+    with pytest.raises(AttributeError):
+        a.queues[0].lag = 5  # type: ignore[misc]
+    assert TOKEN_A not in repr(loaded)
+    assert loaded.summary() == "3 accounts, 1 URL group, 2 queues"
+
+
+def test_one_account_form_takes_the_given_token(tmp_path: Path) -> None:
+    path = write_json(tmp_path / "one.json", {"queues": [Q]})
+    loaded = store.load(str(path), "t-1")
+    assert loaded.find(b"t-1") is loaded.accounts[0]
+    assert loaded.find(b"t-2") is None
+    assert store.load(str(write_json(tmp_path / "empty.json", {})), "t").accounts[0].queues == ()
+    with pytest.raises(store.TokenMissing):
+        store.load(str(path), None)
+
+
+def test_edge_values_that_are_fine(tmp_path: Path) -> None:
+    document = {
+        "urlGroups": [dict(G, name="a.b_c-D9", endpoints=[]),
+                      dict(G, name="x", endpoints=[{"url": "http://[::1]:8080/p?q=1#f", "name": "ü"}])],
+        "queues": [dict(Q, createdAt=0, updatedAt=0, lag=2**53 - 1, name="名前 with spaces", paused=True)],
+    }
+    loaded = store.parse(b"\xef\xbb\xbf" + json.dumps(document).encode(), "data.json", "t")  # with a BOM
+    assert loaded.accounts[0].queues[0].lag == 2**53 - 1
+
+
+def test_an_unreadable_file_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(store.DataError) as info:
+        store.load(str(tmp_path / "missing.json"), "t")
+    assert info.value.faults == ["%s: cannot read: No such file or directory" % (tmp_path / "missing.json")]
+
+
+def test_deep_nesting_is_a_fault_not_a_crash() -> None:
+    assert one(b"[" * 100000 + b"]" * 100000) == "data.json: invalid JSON: nested too deeply"
+
+
+def _mutate(rng: random.Random, document: Any) -> Any:
+    """Change one value somewhere in ``document`` to something plausible or odd."""
+    doc = copy.deepcopy(document)
+    nodes: List[Any] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, (dict, list)):
+            nodes.append(node)
+            for child in (node.values() if isinstance(node, dict) else node):
+                walk(child)
+
+    walk(doc)
+    node = rng.choice(nodes)
+    keys = list(node) if isinstance(node, dict) else list(range(len(node)))
+    replacement = rng.choice([None, True, 0, -1, 1.5, 2**53, "", "x y", "q", "http://a", [], {}, "7", 3])
+    if keys and rng.random() < 0.8:
+        key = rng.choice(keys)
+        if rng.random() < 0.2 and isinstance(node, dict):
+            del node[key]
+        else:
+            node[key] = replacement
+    elif isinstance(node, dict):
+        node[rng.choice(["lag", "paralelism", "name", "url", "token", "extra"])] = replacement
+    else:
+        node.append(copy.deepcopy(rng.choice(node)) if node else replacement)
+    return doc
+
+
+def _assert_follows_the_rules(account: store.Account) -> None:
+    """An independent statement of the rules, for what the loader accepted."""
+    def count(value: Any) -> bool:
+        return type(value) is int and 0 <= value <= 2**53 - 1
+
+    for things in (account.queues, account.url_groups):
+        names = [thing.name for thing in things]
+        assert len(set(names)) == len(names) and all(type(n) is str and n for n in names)
+        assert all(count(t.created_at) and count(t.updated_at) and t.created_at <= t.updated_at for t in things)
+    assert all(count(q.parallelism) and count(q.lag) and type(q.paused) is bool for q in account.queues)
+    for group in account.url_groups:
+        assert re.fullmatch(r"[A-Za-z0-9_.-]+", group.name)
+        named = [e.name for e in group.endpoints if e.name is not None]
+        assert len(set(named)) == len(named) and all(type(n) is str and n for n in named)
+        assert all(type(e.url) is str and e.url.startswith(("http://", "https://")) for e in group.endpoints)
+
+
+def test_the_fast_path_agrees_with_the_full_checks() -> None:
+    """Random one-value mutations of good files: a fault is always reported, and a
+    document that loads holds exactly the values the file has."""
+    rng = random.Random(3)
+    base = accounts_document()
+    base["accounts"][1]["urlGroups"] = [dict(G, endpoints=[{"url": "http://b", "name": "n"}, {"url": "http://c"}])]
+    base["accounts"][1]["queues"].append(dict(Q, paused=True))
+    loaded = rejected = 0
+    for _ in range(3000):
+        document = _mutate(rng, base)
+        raw = json.dumps(document).encode()
+        try:
+            result = store.parse(raw, "f", None)
+        except store.DataError as exc:
+            assert exc.faults and all(line.startswith("f: ") for line in exc.faults)
+            rejected += 1
+            continue
+        loaded += 1
+        for account in result.accounts:
+            _assert_follows_the_rules(account)
+        for account, source in zip(result.accounts, document["accounts"]):
+            assert [q.to_dict() for q in account.queues] == [dict(q, paused=q.get("paused", False))
+                                                              for q in source.get("queues", [])]
+            assert [g.to_dict() for g in account.url_groups] == source.get("urlGroups", [])
+    assert loaded > 100 and rejected > 1000, (loaded, rejected)
