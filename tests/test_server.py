@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -153,3 +154,46 @@ def test_ctrl_c_stops_cleanly(data_path: Path) -> None:
         _, err = server.proc.communicate(timeout=15)
     assert server.proc.returncode == 0
     assert "Traceback" not in err
+
+
+def eventually(check: Any, timeout: float = 10.0) -> Any:
+    """Poll ``check`` until it returns something true, or fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result or time.monotonic() > deadline:
+            assert result, "still false after %.0f s" % timeout
+            return result
+        time.sleep(0.05)
+
+
+def test_reloads_an_edited_file_keeps_the_last_good_one_and_obeys_sighup(tmp_path: Path) -> None:
+    path = write_json(tmp_path / "d.json", accounts_document())
+    auth = {"Authorization": "Bearer " + TOKEN_A}
+    with serving(path) as server:
+        def queue_names() -> List[str]:
+            status, _, body = server.get("/v2/queues", auth)
+            assert status == 200
+            return [q["name"] for q in json.loads(body)]
+
+        document = accounts_document()
+        document["accounts"][0]["queues"].append(dict(ALPHA_QUEUE, name="added"))
+        write_json(path, document)
+        eventually(lambda: queue_names() == ["emails", "added"])
+
+        path.write_text('{"accounts": [{"token": "token-a", "queues": [{"name": ')  # half written
+        for _ in range(30):  # 1.5 s: past the next look at the file
+            assert queue_names() == ["emails", "added"]
+            time.sleep(0.05)
+
+        write_json(path, document)
+        before = os.stat(path)
+        path.write_text(path.read_text().replace('"added"', '"addex"'))  # same size...
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # ...and mtime
+        server.proc.send_signal(signal.SIGHUP)
+        eventually(lambda: queue_names() == ["emails", "addex"])
+        code, _, err = server.stop()
+    assert code == 0
+    assert "%s: line 1, column 56: invalid JSON: Expecting value" % path in err
+    assert "%s: keeping the last good version" % path in err
+    assert "%s: reloaded" % path in err
