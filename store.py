@@ -9,6 +9,7 @@ that people edit while the service runs.  Nothing here knows about HTTP.
 Check a file from the shell with ``python app.py --check --data FILE``.
 """
 
+import gc
 import hashlib
 import hmac
 import json
@@ -453,7 +454,7 @@ class DataFile(Generic[T]):
         self._build = build
         self._lock = threading.Lock()
         self._signature = self._stat()
-        self._snapshot = build(path)  # the first load's DataError is the caller's
+        self._snapshot = _without_gc(build, path)  # the first load's DataError is the caller's
         self._next_check = time.monotonic() + interval
 
     def current(self) -> T:
@@ -476,7 +477,7 @@ class DataFile(Generic[T]):
                 return
             self._signature = signature  # a bad version is reported once, not every second
             try:
-                snapshot = self._build(self.path)
+                snapshot = _without_gc(self._build, self.path)
             except DataError as exc:
                 for fault in exc.faults:
                     logger.error("%s", fault)
@@ -500,3 +501,19 @@ class DataFile(Generic[T]):
         except OSError:
             return None
         return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns)
+
+
+def _without_gc(build: Callable[[str], T], path: str) -> T:
+    """Call ``build(path)`` with the cyclic garbage collector paused.
+
+    A snapshot is hundreds of thousands of new, acyclic containers; left on, the
+    collector walks them again and again while they are built (a seventh of the
+    load time at 100,000 queues).  Reference counting still frees what dies.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return build(path)
+    finally:
+        if enabled:
+            gc.enable()

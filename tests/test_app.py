@@ -199,3 +199,97 @@ def test_a_quiet_app_logs_nothing(app: Any, caplog: Any) -> None:
     with caplog.at_level(logging.INFO):
         call(app, "/v2/queues", headers=bearer(TOKEN_A))
     assert caplog.records == []
+
+
+@pytest.fixture
+def big_app(tmp_path: Any) -> Any:
+    """Account A has 2,000 queues (a body of about 220 KB); account B has one."""
+    queues = [dict(ALPHA_QUEUE, name="q%d" % i) for i in range(2000)]
+    document = {"accounts": [{"token": TOKEN_A, "queues": queues}, {"token": TOKEN_B, "queues": [BETA_QUEUE]}]}
+    path = write_json(tmp_path / "big.json", document)
+    return service.create_app(service.open_data(str(path), None), access_log=False)
+
+
+def test_etag_and_cache_control(app: Any) -> None:
+    response = call(app, headers=bearer(TOKEN_A))
+    etag = response.headers["ETag"]
+    assert etag.startswith('"') and etag.endswith('"') and len(etag) > 10  # strong
+    assert response.headers["Cache-Control"] == "no-cache"
+    assert call(app, headers=bearer(TOKEN_A)).headers["ETag"] == etag  # stable
+    assert call(app, headers=bearer(TOKEN_B)).headers["ETag"] != etag  # per body
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+@pytest.mark.parametrize("template", ["{}", "W/{}", '"other", {}', "{} ,\"x\"", "*"])
+def test_if_none_match_gives_304_without_a_body(app: Any, method: str, template: str) -> None:
+    etag = call(app, headers=bearer(TOKEN_A)).headers["ETag"]
+    headers = dict(bearer(TOKEN_A), **{"If-None-Match": template.format(etag)})
+    response = call(app, method=method, headers=headers)
+    assert (response.status, response.body) == (304, b"")
+    assert response.headers["ETag"] == etag
+    assert response.headers["Cache-Control"] == "no-cache"
+    assert "Content-Type" not in response.headers and "Content-Length" not in response.headers
+
+
+@pytest.mark.parametrize("value", ['"nope"', "", "W/", '"' ])
+def test_a_stale_etag_gets_the_body(app: Any, value: str) -> None:
+    response = call(app, headers=dict(bearer(TOKEN_A), **{"If-None-Match": value}))
+    assert response.status == 200 and response.json() == [ALPHA_QUEUE]
+
+
+def test_if_none_match_does_not_skip_auth(app: Any) -> None:
+    etag = call(app, headers=bearer(TOKEN_A)).headers["ETag"]
+    assert call(app, headers=dict(bearer(TOKEN_B), **{"If-None-Match": etag})).status == 200
+    assert call(app, headers={"If-None-Match": etag}).status == 401
+
+
+@pytest.mark.parametrize("accept, compressed", [
+    ("gzip", True), ("gzip, deflate, br", True), ("br;q=1.0, GZIP;q=0.5", True), ("*", True),
+    ("x-gzip", True), ("gzip;q=0", False), ("gzip; q=0.0", False), ("br", False), ("", False),
+    ("identity", False), ("gzip;q=bogus", False),
+])
+def test_gzip_when_the_client_accepts_it(big_app: Any, accept: str, compressed: bool) -> None:
+    import gzip
+
+    plain = call(big_app, headers=bearer(TOKEN_A))
+    response = call(big_app, headers=dict(bearer(TOKEN_A), **{"Accept-Encoding": accept}))
+    assert response.status == 200
+    assert response.headers["Vary"] == "Accept-Encoding"
+    assert response.headers["Content-Length"] == str(len(response.body))
+    if compressed:
+        assert response.headers["Content-Encoding"] == "gzip"
+        assert gzip.decompress(response.body) == plain.body
+        assert len(response.body) * 8 < len(plain.body)
+        assert response.headers["ETag"] != plain.headers["ETag"]  # another representation
+    else:
+        assert "Content-Encoding" not in response.headers
+        assert response.body == plain.body
+
+
+def test_gzip_revalidates_with_its_own_etag(big_app: Any) -> None:
+    gz = dict(bearer(TOKEN_A), **{"Accept-Encoding": "gzip"})
+    etag = call(big_app, headers=gz).headers["ETag"]
+    assert call(big_app, headers=dict(gz, **{"If-None-Match": etag})).status == 304
+    assert call(big_app, headers=dict(bearer(TOKEN_A), **{"If-None-Match": etag})).status == 200
+
+
+def test_small_bodies_are_not_compressed(big_app: Any) -> None:
+    response = call(big_app, headers=dict(bearer(TOKEN_B), **{"Accept-Encoding": "gzip"}))
+    assert "Content-Encoding" not in response.headers and "Vary" not in response.headers
+    assert response.json() == [dict(BETA_QUEUE, paused=False)]
+
+
+def test_large_bodies_go_through_the_file_wrapper(big_app: Any) -> None:
+    from wsgiref.util import FileWrapper
+
+    used = []
+
+    def wrapper(file: Any, block_size: int = 8192) -> Any:
+        used.append(file)
+        return FileWrapper(file, block_size)
+
+    big = call(big_app, headers=bearer(TOKEN_A), **{"wsgi.file_wrapper": wrapper})
+    assert len(used) == 1 and len(big.body) >= service.FILE_WRAPPER_MIN
+    assert len(big.json()) == 2000
+    small = call(big_app, headers=bearer(TOKEN_B), **{"wsgi.file_wrapper": wrapper})
+    assert len(used) == 1 and small.json() == [dict(BETA_QUEUE, paused=False)]

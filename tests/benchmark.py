@@ -1,0 +1,358 @@
+"""Benchmark qstash-lists against a bare WSGI baseline under the same waitress, in one run.
+
+    python tests/benchmark.py [--rounds 5] [--seconds 3] [--connections 8] [--threads 8]
+
+Each round measures the service and the baseline back to back (the order
+alternating), so both see the same machine; the figures are medians over the
+rounds, and each ratio is the median of the per-round ratios.  The baseline is a
+WSGI callable that returns the same bytes the fastest way waitress allows (the
+file wrapper for large bodies) with no routing, auth or logging, served with the
+service's own waitress settings.  The load comes from wrk where it is installed,
+else from a keep-alive client in Python; either way it runs for a bounded time
+and talks only to 127.0.0.1.
+"""
+
+import argparse
+import http.client
+import io
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import app  # noqa: E402
+import store  # noqa: E402
+
+TOKEN = "bench-token"
+AUTH = {"Authorization": "Bearer " + TOKEN}
+# On two or more cores, the servers run on core 0 and the load generator on core 1,
+# so they do not take turns on the same core (that alone swung the ratio by 20%).
+PIN = shutil.which("taskset") is not None and (os.cpu_count() or 1) >= 2
+SERVER_CPU = ["taskset", "-c", "0"] if PIN else []
+LOAD_CPU = ["taskset", "-c", "1"] if PIN else []
+
+
+def write_data(folder: Path, queues: int) -> Path:
+    """A one-account file with ``queues`` queues, written as a person would (indented)."""
+    document = {"queues": [
+        {"createdAt": 1700000000000 + i, "updatedAt": 1700000000000 + i, "name": "queue-%06d" % i,
+         "parallelism": i % 10 + 1, "lag": i % 1000, "paused": i % 7 == 0}
+        for i in range(queues)
+    ]}
+    path = folder / ("queues-%d.json" % queues)
+    path.write_text(json.dumps(document, indent=2))
+    return path
+
+
+class Server:
+    """A server in a subprocess that prints its port on its first line."""
+
+    def __init__(self, args: List[str]) -> None:
+        env = dict(os.environ, QSTASH_TOKEN=TOKEN)
+        self.proc = subprocess.Popen(SERVER_CPU + args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     text=True, env=env, cwd=str(ROOT))
+        line = self.proc.stdout.readline()  # type: ignore[union-attr]
+        match = re.search(r"127\.0\.0\.1:(\d+)", line)
+        if not match:
+            self.proc.kill()
+            raise SystemExit("server did not start: %r" % line)
+        self.port = int(match.group(1))
+        self.url = "http://127.0.0.1:%d" % self.port
+
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=15)
+
+
+def service(data: Path, threads: int, quiet: bool = True) -> Server:
+    args = [sys.executable, "app.py", "--port", "0", "--data", str(data), "--threads", str(threads)]
+    return Server(args + (["--quiet"] if quiet else []))
+
+
+def baseline(response: Path, threads: int) -> Server:
+    return Server([sys.executable, __file__, "--serve-baseline", str(response), "--threads", str(threads)])
+
+
+def save_response(path: Path, headers: List[Tuple[str, str]], body: bytes) -> None:
+    """Keep a response for the baseline to replay: its headers (less waitress's own) and body."""
+    kept = [[k, v] for k, v in headers if k.lower() not in ("date", "server", "connection")]
+    path.write_bytes(json.dumps(kept).encode() + b"\n" + body)
+
+
+def serve_baseline(response_path: str, threads: int) -> None:
+    """The baseline: replay one saved response, with no routing, no auth, no logging."""
+    from waitress import create_server
+
+    saved_headers, body = Path(response_path).read_bytes().split(b"\n", 1)
+    headers = [(k, v) for k, v in json.loads(saved_headers)]
+
+    def bare(environ: Dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        start_response("200 OK", list(headers))
+        wrapper = environ.get("wsgi.file_wrapper")
+        if wrapper is not None and len(body) >= app.FILE_WRAPPER_MIN:
+            return wrapper(io.BytesIO(body))
+        return [body]
+
+    server = create_server(bare, host="127.0.0.1", port=0, threads=threads, **app.WAITRESS_SETTINGS)
+    print("baseline on http://127.0.0.1:%s" % server.effective_port, flush=True)
+    server.run()
+
+
+class Result:
+    def __init__(self, rps: float, p50: float, p99: float) -> None:
+        self.rps, self.p50, self.p99 = rps, p50, p99
+
+
+def load(url: str, headers: Dict[str, str], seconds: float, connections: int) -> Result:
+    """Drive ``url`` for ``seconds`` over ``connections`` keep-alive connections."""
+    if shutil.which("wrk"):
+        return _wrk(url, headers, seconds, connections)
+    return _python_load(url, headers, seconds, connections)
+
+
+def _wrk(url: str, headers: Dict[str, str], seconds: float, connections: int) -> Result:
+    args = LOAD_CPU + ["wrk", "-t1", "-c%d" % connections, "-d%ds" % max(1, round(seconds)), "--latency",
+            "--timeout", "10s"]
+    for name, value in headers.items():
+        args += ["-H", "%s: %s" % (name, value)]
+    out = subprocess.run(args + [url], capture_output=True, text=True, timeout=seconds + 30).stdout
+    if "Non-2xx" in out or "Socket errors" in out:
+        raise SystemExit("wrk saw errors:\n" + out)
+
+    def latency(percent: str) -> float:
+        number, unit = re.search(r"^\s+%s%%\s+([\d.]+)(us|ms|s)\s*$" % percent, out, re.M).groups()  # type: ignore
+        return float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    return Result(rps, latency("50"), latency("99"))
+
+
+def _python_load(url: str, headers: Dict[str, str], seconds: float, connections: int) -> Result:
+    port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+    path = "/" + url.split("/", 3)[3] if url.count("/") > 2 else "/"
+    deadline = time.monotonic() + seconds
+    latencies: List[float] = []
+    failures: List[str] = []
+
+    def client() -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        mine = []
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            conn.request("GET", path, headers=headers)
+            response = conn.getresponse()
+            response.read()
+            if response.status not in (200, 304):
+                failures.append(str(response.status))
+            mine.append(time.perf_counter() - started)
+        conn.close()
+        latencies.extend(mine)
+
+    threads = [threading.Thread(target=client) for _ in range(connections)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise SystemExit("load saw failures: %s" % failures[:5])
+    latencies.sort()
+    return Result(len(latencies) / seconds, latencies[len(latencies) // 2] * 1000,
+                  latencies[int(len(latencies) * 0.99)] * 1000)
+
+
+def fetch(url: str, headers: Dict[str, str]) -> Tuple[int, List[Tuple[str, str]], bytes]:
+    port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/" + url.split("/", 3)[3], headers=headers)
+    response = conn.getresponse()
+    body = response.read()
+    conn.close()
+    return response.status, response.getheaders(), body
+
+
+def header(headers: List[Tuple[str, str]], name: str) -> Optional[str]:
+    return next((v for k, v in headers if k.lower() == name), None)
+
+
+def compare(name: str, a: Callable[[], Result], b: Callable[[], Result], rounds: int,
+            rows: List[str], a_name: str, b_name: str) -> float:
+    """Measure ``a`` and ``b`` in each round, alternating which goes first; add table rows."""
+    results: List[Tuple[Result, Result]] = []
+    for i in range(rounds):
+        if i % 2 == 0:
+            ra = a()
+            rb = b()
+        else:
+            rb = b()
+            ra = a()
+        results.append((ra, rb))
+    ratio = statistics.median(ra.rps / rb.rps for ra, rb in results)
+    for label, pick in ((a_name, 0), (b_name, 1)):
+        rs = [r[pick] for r in results]
+        rows.append("| %s | %s | %.0f | %.2f | %.2f |" % (
+            name, label, statistics.median(r.rps for r in rs),
+            statistics.median(r.p50 for r in rs), statistics.median(r.p99 for r in rs)))
+    each = " ".join("%.2f" % (ra.rps / rb.rps) for ra, rb in results)
+    rows.append("| %s | **ratio %s / %s** | **%.2f** | rounds: %s | |" % (name, a_name, b_name, ratio, each))
+    return ratio
+
+
+def peak_memory_mb(code: str) -> float:
+    """Run ``code`` in a fresh interpreter; return its peak resident memory in MB."""
+    # VmHWM belongs to the new address space; ru_maxrss would inherit ours across exec on Linux.
+    probe = code + """
+try:
+    with open("/proc/self/status") as status:
+        print(next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")))
+except OSError:
+    import resource
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         cwd=str(ROOT)).stdout
+    return int(out.split()[-1]) / 1024
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=app.DEFAULT_THREADS)
+    parser.add_argument("--sizes", type=int, nargs="*", default=[100, 10000],
+                        help="queue counts to serve (default: 100 10000; 10000 adds gzip and 304)")
+    parser.add_argument("--no-access-log", dest="access_log", action="store_false",
+                        help="skip the access log's cost")
+    parser.add_argument("--load-queues", type=int, default=100000,
+                        help="queues in the file timed against json.load (0: skip)")
+    parser.add_argument("--serve-baseline", metavar="RESPONSE", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve_baseline:
+        serve_baseline(args.serve_baseline, args.threads)
+        return 0
+
+    print("machine: %d cores, Python %s, waitress %s, load from %s%s; %d rounds of %gs, %d connections, "
+          "%d threads" % (os.cpu_count() or 0, sys.version.split()[0], _waitress_version(),
+                          "wrk" if shutil.which("wrk") else "a Python client",
+                          " (servers pinned to core 0, load to core 1)" if PIN else "",
+                          args.rounds, args.seconds, args.connections, args.threads))
+    rows = ["| case | server | requests/s | p50 ms | p99 ms |", "|---|---|---|---|---|"]
+    summary = []
+    with tempfile.TemporaryDirectory() as folder:
+        tmp = Path(folder)
+        for size in args.sizes:
+            data = write_data(tmp, size)
+            svc = service(data, args.threads)
+            try:
+                url = svc.url + "/v2/queues"
+                _, headers, body = fetch(url, AUTH)
+                save_response(tmp / "response", headers, body)
+                base = baseline(tmp / "response", args.threads)
+                try:
+                    ratio = compare(
+                        "%d queues (%d bytes)" % (size, len(body)),
+                        lambda: load(url, AUTH, args.seconds, args.connections),
+                        lambda: load(base.url + "/v2/queues", AUTH, args.seconds, args.connections),
+                        args.rounds, rows, "service", "baseline")
+                    summary.append("service/baseline at %d queues: %.2f (target >= 0.95)" % (size, ratio))
+                finally:
+                    base.close()
+                if size == 10000:
+                    gz = dict(AUTH, **{"Accept-Encoding": "gzip"})
+                    _, gz_headers, gz_body = fetch(url, gz)
+                    assert header(gz_headers, "content-encoding") == "gzip", gz_headers
+                    ratio = compare(
+                        "10000 queues, gzip", lambda: load(url, gz, args.seconds, args.connections),
+                        lambda: load(url, AUTH, args.seconds, args.connections),
+                        args.rounds, rows, "gzip", "identity")
+                    summary.append("gzip: %d of %d bytes on the wire (1/%.1f, target <= 1/8); "
+                                   "requests/s gzip/identity %.2f (target >= 1.5)"
+                                   % (len(gz_body), len(body), len(body) / len(gz_body), ratio))
+                    cond = dict(AUTH, **{"If-None-Match": header(headers, "etag")})
+                    assert fetch(url, cond)[0] == 304
+                    ratio = compare(
+                        "10000 queues, If-None-Match", lambda: load(url, cond, args.seconds, args.connections),
+                        lambda: load(url, AUTH, args.seconds, args.connections),
+                        args.rounds, rows, "304", "200")
+                    summary.append("revalidation: requests/s 304/200 %.2f" % ratio)
+            finally:
+                svc.close()
+        if args.access_log:
+            data = write_data(tmp, 100)
+            quiet, loud = service(data, args.threads), service(data, args.threads, quiet=False)
+            try:
+                ratio = compare(
+                    "100 queues, access log", lambda: load(loud.url + "/v2/queues", AUTH, args.seconds,
+                                                           args.connections),
+                    lambda: load(quiet.url + "/v2/queues", AUTH, args.seconds, args.connections),
+                    args.rounds, rows, "log on", "--quiet")
+                summary.append("access log on/--quiet: %.2f" % ratio)
+            finally:
+                quiet.close()
+                loud.close()
+
+        if args.load_queues:
+            load_rows(write_data(tmp, args.load_queues), args.rounds, rows, summary)
+    print("\n".join(rows))
+    print()
+    print("\n".join(summary))
+    return 0
+
+
+def load_rows(big: Path, rounds: int, rows: List[str], summary: List[str]) -> None:
+    """Time json.load, store.load and the whole snapshot on one big file, interleaved."""
+    times: List[Tuple[float, float, float]] = []
+    for _ in range(max(5, rounds)):
+        started = time.perf_counter()
+        with open(big, "rb") as file:
+            json.load(file)
+        bare = time.perf_counter() - started
+        started = time.perf_counter()
+        store.load(str(big), TOKEN)
+        validated = time.perf_counter() - started
+        started = time.perf_counter()
+        app.open_data(str(big), TOKEN)  # what the service does: the above, then encode; GC paused
+        ready = time.perf_counter() - started
+        times.append((bare, validated, ready))
+    bare_mb = peak_memory_mb("import json; json.load(open(%r, 'rb'))" % str(big))
+    ready_mb = peak_memory_mb("import app; app.open_data(%r, 'x')" % str(big))
+    rows.append("")
+    queues = len(json.loads(big.read_bytes())["queues"])
+    rows.append("| %d-queue file (%.1f MB) | time, ms | ratio to json.load | peak RSS, MB |"
+                % (queues, big.stat().st_size / 1e6))
+    rows.append("|---|---|---|---|")
+    rows.append("| json.load | %.0f | 1.00 | %.0f |" % (statistics.median(t[0] for t in times) * 1000, bare_mb))
+    rows.append("| store.load (parse, validate, dataclasses) | %.0f | %.2f | |" % (
+        statistics.median(t[1] for t in times) * 1000, statistics.median(t[1] / t[0] for t in times)))
+    rows.append("| app.open_data: ready to serve (+ bodies, ETags) | %.0f | %.2f | %.0f |" % (
+        statistics.median(t[2] for t in times) * 1000, statistics.median(t[2] / t[0] for t in times),
+        ready_mb))
+    summary.append("load %d queues: store.load/json.load %.2f, ready-to-serve/json.load %.2f "
+                   "(target <= 3)" % (queues, statistics.median(t[1] / t[0] for t in times),
+                                      statistics.median(t[2] / t[0] for t in times)))
+
+
+def _waitress_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("waitress")
+    except Exception:
+        return "?"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
