@@ -1,83 +1,18 @@
 """The real thing: ``python app.py`` under waitress in a subprocess, spoken to over HTTP."""
 
-import http.client
 import json
 import os
-import re
 import signal
-import subprocess
-import sys
-import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import List
 
 import pytest
 
 import app as service
-from conftest import ALPHA_QUEUE, ROOT, TOKEN_A, TOKEN_B, accounts_document, write_json
+from conftest import ALPHA_QUEUE, TOKEN_A, TOKEN_B, accounts_document, eventually, run, serving, write_json
 
 SINGLE = {"queues": [ALPHA_QUEUE]}
-
-
-class Server:
-    def __init__(self, proc: "subprocess.Popen[str]", url: str, banner: List[str]) -> None:
-        self.proc = proc
-        self.url = url
-        self.banner = banner
-        match = re.fullmatch(r"http://([^:]+):(\d+)", url)
-        assert match, url
-        self.host, self.port = match.group(1), int(match.group(2))
-
-    def get(self, path: str, headers: Optional[Dict[str, str]] = None,
-            method: str = "GET") -> Tuple[int, "http.client.HTTPMessage", bytes]:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
-        try:
-            conn.request(method, path, headers=headers or {})
-            response = conn.getresponse()
-            return response.status, response.headers, response.read()
-        finally:
-            conn.close()
-
-    def stop(self) -> Tuple[int, str, str]:
-        """SIGTERM the server; return its exit status and the rest of its stdout and stderr."""
-        self.proc.send_signal(signal.SIGTERM)
-        out, err = self.proc.communicate(timeout=15)
-        return self.proc.returncode, out, err
-
-
-def run(args: List[str], env: Optional[Dict[str, str]] = None, **kwargs: Any) -> "subprocess.Popen[str]":
-    environ = {k: v for k, v in os.environ.items() if k != "QSTASH_TOKEN"}
-    environ.update(env or {})
-    return subprocess.Popen(
-        [sys.executable, str(ROOT / "app.py")] + args,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ, cwd=str(ROOT), **kwargs,
-    )
-
-
-@contextmanager
-def serving(data: Path, *args: str, env: Optional[Dict[str, str]] = None) -> Iterator[Server]:
-    proc = run(["--port", "0", "--data", str(data)] + list(args), env)
-    # Never hang the suite on a server that does not come up: kill it after 30 s.
-    watchdog = threading.Timer(30, proc.kill)
-    watchdog.start()
-    try:
-        first = proc.stdout.readline()  # type: ignore[union-attr]
-        match = re.search(r" on (http://\S+)", first)
-        if not match:
-            proc.kill()
-            raise AssertionError("server did not start: %r %r" % (first, proc.communicate()))
-        banner = [first]
-        if "QSTASH_TOKEN" not in (env or {}) and "accounts" not in data.read_text():
-            banner += [proc.stdout.readline(), proc.stdout.readline()]  # type: ignore[union-attr]
-        server = Server(proc, match.group(1), banner)
-        yield server
-    finally:
-        watchdog.cancel()
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
 
 
 def test_serves_accounts_over_http_and_stops_cleanly(data_path: Path) -> None:
@@ -154,17 +89,6 @@ def test_ctrl_c_stops_cleanly(data_path: Path) -> None:
         _, err = server.proc.communicate(timeout=15)
     assert server.proc.returncode == 0
     assert "Traceback" not in err
-
-
-def eventually(check: Any, timeout: float = 10.0) -> Any:
-    """Poll ``check`` until it returns something true, or fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result or time.monotonic() > deadline:
-            assert result, "still false after %.0f s" % timeout
-            return result
-        time.sleep(0.05)
 
 
 def test_reloads_an_edited_file_keeps_the_last_good_one_and_obeys_sighup(tmp_path: Path) -> None:

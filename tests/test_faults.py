@@ -1,0 +1,209 @@
+"""Faults against the real server: oversized requests, vanishing and stalling clients, a data
+file that churns under load, and other WSGI servers."""
+
+import http.client
+import json
+import os
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Set
+
+from conftest import (
+    ALPHA_QUEUE, Q_TEMPLATE, ROOT, TOKEN_A, TOKEN_B, accounts_document, serving, write_json,
+)
+
+REQUEST = b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n"
+
+
+def status_of(server: Any, data: bytes, timeout: float = 10) -> int:
+    """Send ``data`` on a new connection; return the status of the answer."""
+    with socket.create_connection((server.host, server.port), timeout=timeout) as sock:
+        sock.sendall(data)
+        answer = sock.recv(65536)
+    assert answer.startswith(b"HTTP/1."), answer[:100]
+    return int(answer[9:12])
+
+
+def test_oversized_requests_get_waitress_own_4xx(data_path: Path) -> None:
+    with serving(data_path, "--quiet") as server:
+        huge_header = REQUEST[:-2] + b"X-Padding: " + b"a" * 20000 + b"\r\n\r\n"
+        assert status_of(server, huge_header) == 431
+        huge_body = (b"POST /v2/queues HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n" + b"x" * 100000)
+        assert status_of(server, huge_body) == 413
+        garbage = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(64) + b"\r\n\r\n"  # a TLS hello
+        assert status_of(server, garbage) == 400
+        assert server.get("/v2/queues", {"Authorization": "Bearer " + TOKEN_A})[0] == 200
+        code, _, err = server.stop()
+    assert code == 0 and "Traceback" not in err
+
+
+def test_clients_that_vanish_or_stall_do_not_hold_up_others(tmp_path: Path) -> None:
+    big = {"accounts": [{"token": TOKEN_A, "queues": [dict(Q_TEMPLATE, name="q%d" % i) for i in range(10000)]}]}
+    with serving(write_json(tmp_path / "big.json", big), "--quiet") as server:
+        for abrupt in (False, True) * 10:  # ask for 1 MB, read a little, hang up (FIN or RST)
+            sock = socket.create_connection((server.host, server.port), timeout=10)
+            sock.sendall(REQUEST)
+            assert sock.recv(1024).startswith(b"HTTP/1.1 200 ")
+            if abrupt:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+        stalled = [socket.create_connection((server.host, server.port), timeout=10) for _ in range(60)]
+        for sock in stalled[:20]:
+            sock.sendall(b"GET /v2/queues HTTP/1.1\r\nHost:")  # half a request, then nothing
+        try:
+            started = time.monotonic()
+            for _ in range(20):
+                status, _, body = server.get("/v2/queues", {"Authorization": "Bearer " + TOKEN_A})
+                assert status == 200 and len(json.loads(body)) == 10000
+            assert time.monotonic() - started < 10
+        finally:
+            for sock in stalled:
+                sock.close()
+        code, _, err = server.stop()
+    assert code == 0 and "Traceback" not in err
+
+
+def version(n: int) -> Dict[str, Any]:
+    """Account A: 1,000 queues named for version ``n`` (a body of about 100 KB); B: one queue."""
+    return {"accounts": [
+        {"token": TOKEN_A, "queues": [dict(Q_TEMPLATE, name="v%d-%d" % (n, i)) for i in range(1000 + n)]},
+        {"token": TOKEN_B, "queues": [ALPHA_QUEUE]},
+    ]}
+
+
+def test_no_failed_or_partial_response_while_the_file_churns(tmp_path: Path) -> None:
+    """Four keep-alive clients for about 5 s while the file is rewritten, truncated, deleted and
+    restored, and replaced with invalid JSON: every answer is a 200 with one whole version."""
+    path = write_json(tmp_path / "d.json", version(0))
+    stop = threading.Event()
+    seen: Set[int] = set()
+    errors: List[str] = []
+    served = [0]
+
+    with serving(path, "--quiet") as server:
+        def client(token: str) -> None:
+            conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
+            while not stop.is_set():
+                try:
+                    conn.request("GET", "/v2/queues", headers={"Authorization": "Bearer " + token})
+                    response = conn.getresponse()
+                    body = response.read()
+                    names = [q["name"] for q in json.loads(body)]
+                except Exception as exc:  # any failure at all is what this test looks for
+                    errors.append(repr(exc))
+                    conn.close()
+                    conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
+                    continue
+                served[0] += 1
+                if response.status != 200:
+                    errors.append("status %d" % response.status)
+                elif token == TOKEN_B:
+                    if names != [ALPHA_QUEUE["name"]]:
+                        errors.append("account B saw %r" % names[:3])
+                else:
+                    n = int(names[0].split("-")[0][1:])
+                    if names != ["v%d-%d" % (n, i) for i in range(1000 + n)]:
+                        errors.append("version %d is not whole" % n)
+                    seen.add(n)
+            conn.close()
+
+        threads = [threading.Thread(target=client, args=(token,)) for token in (TOKEN_A, TOKEN_A, TOKEN_A, TOKEN_B)]
+        for thread in threads:
+            thread.start()
+        try:
+            for n in range(1, 9):
+                text = json.dumps(version(n))
+                if n % 4 == 1:
+                    path.write_text(text[: len(text) // 2])  # truncated...
+                elif n % 4 == 2:
+                    os.remove(path)  # deleted...
+                elif n % 4 == 3:
+                    path.write_text("{\"accounts\": [}")  # invalid...
+                time.sleep(0.3)
+                tmp = tmp_path / "next.json"
+                tmp.write_text(text)
+                os.replace(tmp, path)  # ...then a good version, atomically
+                time.sleep(0.35)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join()
+        code, _, err = server.stop()
+    assert errors == []
+    assert served[0] > 200 and len(seen) >= 3, (served, sorted(seen))
+    assert code == 0 and "Traceback" not in err
+    assert "keeping the last good version" in err
+
+
+SIMPLE_SERVER = """
+import sys
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+import app
+
+class Quiet(WSGIRequestHandler):
+    def log_message(self, *args):
+        pass
+
+inner = app.make_app()
+
+def mounted(environ, start_response):
+    # What a dispatcher does for a prefix: move it from PATH_INFO to SCRIPT_NAME.
+    path = environ.get("PATH_INFO", "")
+    if path.startswith("/qstash/"):
+        environ["SCRIPT_NAME"] = environ.get("SCRIPT_NAME", "") + "/qstash"
+        environ["PATH_INFO"] = path[len("/qstash"):]
+    return inner(environ, start_response)
+
+server = make_server("127.0.0.1", 0, mounted, handler_class=Quiet)
+print("on http://127.0.0.1:%d" % server.server_port, flush=True)
+server.handle_request(); server.handle_request(); server.handle_request(); server.handle_request()
+"""
+
+
+def test_serves_under_wsgiref_simple_server_and_a_prefix(data_path: Path) -> None:
+    env = dict(os.environ, QSTASH_LISTS_DATA=str(data_path), PYTHONPATH=str(ROOT))
+    env.pop("QSTASH_TOKEN", None)
+    proc = subprocess.Popen([sys.executable, "-c", SIMPLE_SERVER], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        port = int(proc.stdout.readline().rsplit(":", 1)[1])  # type: ignore[union-attr]
+        answers = []
+        for path, headers in [("/v2/queues", {"Authorization": "Bearer " + TOKEN_A}),
+                              ("/qstash/v2/queues/", {"Authorization": "Bearer " + TOKEN_A}),
+                              ("/qstash/v2/topics", {}),
+                              ("/qstash/nowhere", {})]:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", path, headers=headers)
+            response = conn.getresponse()
+            answers.append((response.status, json.loads(response.read())))
+            conn.close()
+        _, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert answers[0] == (200, [ALPHA_QUEUE])
+    assert answers[1] == (200, [ALPHA_QUEUE])
+    assert answers[2][0] == 401 and answers[3][0] == 404
+    assert err == ""  # no warnings, no tracebacks
+
+
+def test_make_app_needs_a_token_for_a_one_account_file(tmp_path: Path) -> None:
+    import app
+    import store
+
+    one = write_json(tmp_path / "one.json", {"queues": []})
+    try:
+        app.make_app({"QSTASH_LISTS_DATA": str(one)})
+    except store.TokenMissing as exc:
+        assert exc.faults == ["%s: holds a single account, and no token was given for it" % one]
+    else:
+        raise AssertionError("make_app used a token it was not given")
+    assert callable(app.make_app({"QSTASH_LISTS_DATA": str(one), "QSTASH_TOKEN": "t"}))
+    many = write_json(tmp_path / "many.json", accounts_document())
+    assert callable(app.make_app({"QSTASH_LISTS_DATA": str(many)}))
