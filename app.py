@@ -69,7 +69,7 @@ class HTTPError(Exception):
         super().__init__(self.message)
         self.headers = list(headers)
 
-    def render(self) -> Tuple[str, Headers, List[bytes]]:
+    def render(self) -> Tuple[str, Headers, bytes]:
         """Return the status line, headers and body of this error."""
         body = _json({"error": self.message})
         headers = [
@@ -77,7 +77,7 @@ class HTTPError(Exception):
             ("Content-Length", str(len(body))),
             ("X-Content-Type-Options", "nosniff"),
         ]
-        return "%d %s" % (self.status, self.status.phrase), headers + self.headers, [body]
+        return "%d %s" % (self.status, self.status.phrase), headers + self.headers, body
 
 
 class NotFound(HTTPError):
@@ -107,36 +107,37 @@ class Unauthorized(HTTPError):
         super().__init__([("WWW-Authenticate", challenge)])
 
 
+class Representation:
+    """One encoding of a body, with the headers of its 200 and 304 answers, built once."""
+
+    def __init__(self, data: bytes, etag: str, vary: bool, encoding: Optional[str] = None) -> None:
+        self.data = data
+        self.etag = etag
+        cache = [("ETag", etag), ("Cache-Control", "no-cache"), ("X-Content-Type-Options", "nosniff")]
+        if vary:
+            cache.append(("Vary", "Accept-Encoding"))
+        self.not_modified = cache
+        self.headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))] + cache
+        if encoding is not None:
+            self.headers.append(("Content-Encoding", encoding))
+
+
 class Body:
-    """One response body, encoded once per snapshot, with its ETag and headers."""
+    """One response body, encoded once per snapshot; gzip-compressed on first demand."""
 
     def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.etag = '"%s"' % hashlib.blake2b(data, digest_size=16).hexdigest()
         self.compressible = len(data) >= GZIP_MIN
-        self.headers = self._headers(self.etag, len(data))
-        self._gzip: Optional[Tuple[bytes, str, Headers]] = None
+        self.identity = Representation(data, '"%s"' % hashlib.blake2b(data, digest_size=16).hexdigest(),
+                                       self.compressible)
+        self._gzip: Optional[Representation] = None
 
-    def gzipped(self) -> Tuple[bytes, str, Headers]:
-        """Return the gzip body, its ETag and headers, compressing on first use."""
+    def gzipped(self) -> Representation:
+        """Return the gzip representation, compressing on first use."""
         if self._gzip is None:
             # Two threads may race here; both compute the same bytes, so either wins.
-            data = gzip.compress(self.data, compresslevel=6, mtime=0)
-            etag = self.etag[:-1] + '-gzip"'
-            self._gzip = (data, etag, self._headers(etag, len(data)) + [("Content-Encoding", "gzip")])
+            data = gzip.compress(self.identity.data, compresslevel=6, mtime=0)
+            self._gzip = Representation(data, self.identity.etag[:-1] + '-gzip"', True, "gzip")
         return self._gzip
-
-    def _headers(self, etag: str, length: int) -> Headers:
-        headers = [
-            ("Content-Type", "application/json"),
-            ("Content-Length", str(length)),
-            ("ETag", etag),
-            ("Cache-Control", "no-cache"),
-            ("X-Content-Type-Options", "nosniff"),
-        ]
-        if self.compressible:
-            headers.append(("Vary", "Accept-Encoding"))
-        return headers
 
 
 class Snapshot:
@@ -156,66 +157,65 @@ def open_data(path: str, token: Optional[str], interval: float = 1.0) -> "DataFi
     return DataFile(path, lambda p: Snapshot(store.load(p, token)), interval)
 
 
-def create_app(data: "DataFile[Snapshot]", access_log: bool = True) -> WSGIApplication:
-    """Return the WSGI callable that serves the snapshots of ``data``."""
+def create_app(source: "DataFile[Snapshot]", access_log: bool = True) -> WSGIApplication:
+    """Return the WSGI callable that serves the snapshots of ``source``."""
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         started = time.perf_counter()
+        exc_info = None
         try:
-            status, headers, body = respond(environ, data.current())
-            start_response(status, headers)
+            status, headers, data = respond(environ, source.current())
         except HTTPError as err:
-            status, headers, body = err.render()
-            start_response(status, headers)
+            status, headers, data = err.render()
         except Exception:
             logger.exception("error while answering %s", _request_line(environ))
-            status, headers, body = HTTPError().render()
-            start_response(status, headers, sys.exc_info())
+            status, headers, data = HTTPError().render()
+            exc_info = sys.exc_info()
+        start_response(status, headers, exc_info)
+        if environ.get("REQUEST_METHOD") == "HEAD":
+            data = b""  # the same headers as GET, errors included, and never a body
         if access_log:
-            sent = 0 if environ["REQUEST_METHOD"] == "HEAD" else _length(headers)
             access_logger.info(
                 '%s "%s" %s %d %.2fms',
                 environ.get("REMOTE_ADDR", "-"),
                 _request_line(environ),
                 status[:3],
-                sent,
+                len(data),
                 (time.perf_counter() - started) * 1000,
             )
-        return body
+        if not data:
+            return []
+        file_wrapper = environ.get("wsgi.file_wrapper")
+        if file_wrapper is not None and len(data) >= FILE_WRAPPER_MIN:
+            return file_wrapper(io.BytesIO(data))
+        return [data]
 
     return app
 
 
-def respond(environ: WSGIEnvironment, snapshot: Snapshot) -> Tuple[str, Headers, Iterable[bytes]]:
+def respond(environ: WSGIEnvironment, snapshot: Snapshot) -> Tuple[str, Headers, bytes]:
     """Answer one request from ``snapshot``: route, method, auth, then the body."""
     path = environ.get("PATH_INFO", "")
     if len(path) > 1 and path.endswith("/"):
         path = path[:-1]
     if path not in ROUTES:
         raise NotFound()
-    method = environ["REQUEST_METHOD"]
-    if method not in ("GET", "HEAD"):
+    if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
         raise MethodNotAllowed()
     account = snapshot.store.find(_credential(environ))
     if account is None:
         raise Unauthorized(token_given=True)
     body = snapshot.bodies[account.token_sha256, path]
 
-    data, etag, headers = body.data, body.etag, body.headers
+    chosen = body.identity
     accept_encoding = environ.get("HTTP_ACCEPT_ENCODING")
     if body.compressible and accept_encoding and _accepts_gzip(accept_encoding):
-        data, etag, headers = body.gzipped()
+        chosen = body.gzipped()
+    # Fresh lists each time: some servers (wsgiref) add their own headers to ours.
     if_none_match = environ.get("HTTP_IF_NONE_MATCH")
-    if if_none_match and _matches(if_none_match, etag):
-        kept = [(k, v) for k, v in headers if k in ("ETag", "Cache-Control", "Vary", "X-Content-Type-Options")]
-        return "304 Not Modified", kept, []
-    # A fresh list each time: some servers (wsgiref) add their headers to ours.
-    if method == "HEAD":
-        return "200 OK", list(headers), []
-    file_wrapper = environ.get("wsgi.file_wrapper")
-    if file_wrapper is not None and len(data) >= FILE_WRAPPER_MIN:
-        return "200 OK", list(headers), file_wrapper(io.BytesIO(data))
-    return "200 OK", list(headers), [data]
+    if if_none_match and _matches(if_none_match, chosen.etag):
+        return "304 Not Modified", list(chosen.not_modified), b""
+    return "200 OK", list(chosen.headers), chosen.data
 
 
 def _credential(environ: WSGIEnvironment) -> bytes:
@@ -280,13 +280,6 @@ def _matches(header: str, etag: str) -> bool:
         if tag == "*" or (tag[2:] if tag.startswith("W/") else tag) == etag:
             return True
     return False
-
-
-def _length(headers: Headers) -> int:
-    for name, value in headers:
-        if name == "Content-Length":
-            return int(value)
-    return 0
 
 
 def _request_line(environ: WSGIEnvironment) -> str:

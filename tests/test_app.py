@@ -78,6 +78,18 @@ def test_head_is_get_without_the_body(app: Any, path: str) -> None:
     assert (head.status, head.headers, head.body) == (get.status, get.headers, b"")
 
 
+@pytest.mark.parametrize("path, headers, status", [
+    ("/v2/queues", {}, 401),
+    ("/v2/queues", {"Authorization": "Bearer wrong"}, 401),
+    ("/nowhere", bearer(TOKEN_A), 404),
+])
+def test_head_on_an_error_has_the_headers_and_no_body(app: Any, path: str, headers: Any, status: int) -> None:
+    get = call(app, path, headers=headers)
+    head = call(app, path, method="HEAD", headers=headers)
+    assert (head.status, head.headers, head.body) == (status, get.headers, b"")
+    assert int(head.headers["Content-Length"]) == len(get.body) > 0
+
+
 # What counts as a credential: the whole rule set in one table.
 # A request may send its token in the Authorization header (scheme "Bearer", any case),
 # in the qstash_token query parameter, or both; every one sent must be well formed,
