@@ -12,6 +12,7 @@ only; waitress is imported only to serve.
 """
 
 import argparse
+import functools
 import gzip
 import hashlib
 import io
@@ -21,6 +22,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from http import HTTPStatus
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -38,8 +40,8 @@ WSGIApplication = Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]
 
 #: The token that the official ``qstash dev`` server documents; used only on loopback.
 DEV_TOKEN = "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3JkIn0="
-#: Route table: exact path (no trailing slash) -> the account's collection it lists.
-ROUTES = {"/v2/topics": "urlGroups", "/v2/queues": "queues"}
+#: Route table: exact path (no trailing slash) -> the store.Account field it lists.
+ROUTES = {"/v2/topics": "url_groups", "/v2/queues": "queues"}
 ALLOWED = "GET, HEAD"
 #: Bodies at least this long are sent through ``wsgi.file_wrapper`` where the server has one.
 FILE_WRAPPER_MIN = 64 * 1024
@@ -71,7 +73,7 @@ class HTTPError(Exception):
 
     def render(self) -> Tuple[str, Headers, bytes]:
         """Return the status line, headers and body of this error."""
-        body = _json({"error": self.message})
+        body = _error_body(self.message)
         headers = [
             ("Content-Type", "application/json"),
             ("Content-Length", str(len(body))),
@@ -80,12 +82,21 @@ class HTTPError(Exception):
         return "%d %s" % (self.status, self.status.phrase), headers + self.headers, body
 
 
+@functools.lru_cache(maxsize=None)
+def _error_body(message: str) -> bytes:
+    return _json({"error": message})
+
+
 class NotFound(HTTPError):
+    """Any path but the two lists."""
+
     status = HTTPStatus.NOT_FOUND
     message = "not found: this server answers GET /v2/topics and GET /v2/queues"
 
 
 class MethodNotAllowed(HTTPError):
+    """A method other than GET or HEAD on a known path."""
+
     status = HTTPStatus.METHOD_NOT_ALLOWED
     message = "method not allowed: this path answers only GET and HEAD"
 
@@ -94,6 +105,8 @@ class MethodNotAllowed(HTTPError):
 
 
 class Unauthorized(HTTPError):
+    """No credential, or one that is malformed or unknown: one answer for all."""
+
     status = HTTPStatus.UNAUTHORIZED
     message = (
         "unauthorized: send your QStash token as 'Authorization: Bearer <token>' "
@@ -130,13 +143,15 @@ class Body:
         self.identity = Representation(data, '"%s"' % hashlib.blake2b(data, digest_size=16).hexdigest(),
                                        self.compressible)
         self._gzip: Optional[Representation] = None
+        self._gzip_lock = threading.Lock()
 
     def gzipped(self) -> Representation:
         """Return the gzip representation, compressing on first use."""
         if self._gzip is None:
-            # Two threads may race here; both compute the same bytes, so either wins.
-            data = gzip.compress(self.identity.data, compresslevel=6, mtime=0)
-            self._gzip = Representation(data, self.identity.etag[:-1] + '-gzip"', True, "gzip")
+            with self._gzip_lock:  # threads that ask at once wait for one compression
+                if self._gzip is None:
+                    data = gzip.compress(self.identity.data, compresslevel=6, mtime=0)
+                    self._gzip = Representation(data, self.identity.etag[:-1] + '-gzip"', True, "gzip")
         return self._gzip
 
 
@@ -146,9 +161,9 @@ class Snapshot:
     def __init__(self, data: Store) -> None:
         self.store = data
         self.bodies = {
-            (account.token_sha256, path): Body(_json([item.to_dict() for item in items]))
+            (account.token_sha256, path): Body(_json([item.to_dict() for item in getattr(account, field)]))
             for account in data.accounts
-            for path, items in (("/v2/topics", account.url_groups), ("/v2/queues", account.queues))
+            for path, field in ROUTES.items()
         }
 
 
@@ -259,18 +274,24 @@ def _latin1(text: str) -> bytes:
 
 
 def _accepts_gzip(header: str) -> bool:
-    """Tell whether an Accept-Encoding value admits gzip (a q of 0 refuses it)."""
+    """Tell whether an Accept-Encoding value admits gzip (RFC 9110: q=0 refuses; gzip beats *)."""
+    star = False
     for item in header.split(","):
-        coding, _, params = item.partition(";")
-        if coding.strip().lower() in ("gzip", "x-gzip", "*"):
-            params = params.replace(" ", "").lower()
-            if params.startswith("q="):
+        coding, *params = item.split(";")
+        q = 1.0
+        for param in params:
+            name, _, value = param.strip().partition("=")
+            if name.lower() == "q":
                 try:
-                    return float(params[2:]) > 0
+                    q = float(value)
                 except ValueError:
-                    return False
-            return True
-    return False
+                    q = 0.0
+        coding = coding.strip().lower()
+        if coding in ("gzip", "x-gzip"):
+            return q > 0
+        if coding == "*":
+            star = q > 0
+    return star
 
 
 def _matches(header: str, etag: str) -> bool:

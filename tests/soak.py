@@ -31,10 +31,15 @@ TOKENS = ["soak-a", "soak-b"]
 TEMPLATE = {"createdAt": 1700000000000, "updatedAt": 1700000000000, "parallelism": 2, "lag": 0}
 
 
+def size(n: int) -> int:
+    """Queues of account a in version ``n``: it varies, but does not grow with the run."""
+    return 2000 + n % 10
+
+
 def version(n: int) -> Dict[str, Any]:
-    """Account a: 2,000 queues named for version ``n`` (over the file-wrapper size); b: 3."""
+    """Account a: about 2,000 queues named for version ``n`` (over the file-wrapper size); b: 3."""
     return {"accounts": [
-        {"token": TOKENS[0], "queues": [dict(TEMPLATE, name="v%d-%d" % (n, i)) for i in range(2000 + n)],
+        {"token": TOKENS[0], "queues": [dict(TEMPLATE, name="v%d-%d" % (n, i)) for i in range(size(n))],
          "urlGroups": [{"createdAt": 1, "updatedAt": 2, "name": "g%d" % n,
                         "endpoints": [{"url": "https://example.com/%d" % n}]}]},
         {"token": TOKENS[1], "queues": [dict(TEMPLATE, name="b%d-%d" % (n, i)) for i in range(3)]},
@@ -86,7 +91,7 @@ def check(path: str, token: str, status: int, headers: Dict[str, str], body: byt
     names = [q["name"] for q in items]
     prefix, n = re.match(r"([vb])(\d+)-", names[0]).groups()  # type: ignore[union-attr]
     n = int(n)
-    expected = ["%s%d-%d" % (prefix, n, i) for i in range(2000 + n if prefix == "v" else 3)]
+    expected = ["%s%d-%d" % (prefix, n, i) for i in range(size(n) if prefix == "v" else 3)]
     if (prefix == "v") != (token == TOKENS[0]):
         return "account %s saw the other account's queues" % token, None
     return (None if names == expected else "version %d not whole" % n), n

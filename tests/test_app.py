@@ -258,7 +258,8 @@ def test_if_none_match_does_not_skip_auth(app: Any) -> None:
 @pytest.mark.parametrize("accept, compressed", [
     ("gzip", True), ("gzip, deflate, br", True), ("br;q=1.0, GZIP;q=0.5", True), ("*", True),
     ("x-gzip", True), ("gzip;q=0", False), ("gzip; q=0.0", False), ("br", False), ("", False),
-    ("identity", False), ("gzip;q=bogus", False),
+    ("identity", False), ("gzip;q=bogus", False), ("gzip;q=0.5;level=1", True), ("*;q=0, gzip", True),
+    ("gzip;q=0, *", False), ("*;q=0", False), ("GZip ; Q=1", True),
 ])
 def test_gzip_when_the_client_accepts_it(big_app: Any, accept: str, compressed: bool) -> None:
     import gzip
