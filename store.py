@@ -18,7 +18,7 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, TypeVar
 from urllib.parse import urlsplit
@@ -119,8 +119,8 @@ class Queue:
 class Account:
     """The URL groups and queues that one token sees."""
 
-    # Only the digest is kept, so no repr, log line or core dump shows the token.
-    token_sha256: bytes
+    # Only the digest is kept, and it stays out of repr: a weak token could be guessed from it.
+    token_sha256: bytes = field(repr=False)
     url_groups: Tuple[UrlGroup, ...] = ()
     queues: Tuple[Queue, ...] = ()
 

@@ -167,7 +167,8 @@ def test_a_good_file_becomes_frozen_dataclasses(data_path: Path) -> None:
     assert [q.to_dict() for q in a.queues] == [ALPHA_QUEUE]
     with pytest.raises(AttributeError):
         a.queues[0].lag = 5  # type: ignore[misc]
-    assert TOKEN_A not in repr(loaded)
+    assert TOKEN_A not in repr(loaded) and a.token_sha256.hex() not in repr(loaded)
+    assert "token_sha256" not in repr(loaded) and repr(a.token_sha256) not in repr(loaded)
     assert loaded.summary() == "3 accounts, 1 URL group, 2 queues"
 
 
