@@ -158,11 +158,11 @@ class Body:
 class Snapshot:
     """One loaded data file and its response bodies, ready to serve."""
 
-    def __init__(self, data: Store) -> None:
-        self.store = data
+    def __init__(self, loaded: Store) -> None:
+        self.store = loaded
         self.bodies = {
             (account.token_sha256, path): Body(_json([item.to_dict() for item in getattr(account, field)]))
-            for account in data.accounts
+            for account in loaded.accounts
             for path, field in ROUTES.items()
         }
 
@@ -349,20 +349,24 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
     back to the dev token: a one-account file needs ``QSTASH_TOKEN``.
     """
     env = os.environ if environ is None else environ
+    return create_app(open_data(env.get("QSTASH_LISTS_DATA", "data.json"), _configured_token(env)))
+
+
+def _configured_token(env: Mapping[str, str]) -> Optional[str]:
+    """Return ``QSTASH_TOKEN`` (None if unset); raise DataError if it cannot be a bearer token."""
     token = env.get("QSTASH_TOKEN")
-    if token is not None and store.check_token(token) is not None:
-        raise DataError(["QSTASH_TOKEN: %s" % store.check_token(token)])
-    return create_app(open_data(env.get("QSTASH_LISTS_DATA", "data.json"), token))
+    problem = None if token is None else store.check_token(token)
+    if problem is not None:
+        raise DataError(["QSTASH_TOKEN: %s" % problem])
+    return token
 
 
 def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, str]] = None) -> int:
     """Run the command line: serve under waitress, or ``--check`` a data file."""
     env = os.environ if environ is None else environ
     args = _parser().parse_args(argv)
-    token = env.get("QSTASH_TOKEN")
-    if token is not None and store.check_token(token) is not None:
-        return _fail(["QSTASH_TOKEN: %s" % store.check_token(token)])
     try:
+        token = _configured_token(env)
         data, dev = _open_cli_data(args.data, token, dev_allowed=args.check or is_loopback(args.host))
     except DataError as exc:
         return _fail(exc.faults)
@@ -371,8 +375,6 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         return 0
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    if args.quiet:
-        access_logger.disabled = True
     try:
         from waitress import create_server
     except ImportError:
@@ -435,23 +437,25 @@ def _parser() -> argparse.ArgumentParser:
         description="Serve QStash's GET /v2/topics and GET /v2/queues from a JSON data file.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    parser.add_argument("--port", type=_port, default=8080, help="port; 0 picks a free one (default: %(default)s)")
+    parser.add_argument("--port", type=port, default=8080, help="port; 0 picks a free one (default: %(default)s)")
     parser.add_argument("--data", default="data.json", help="the data file (default: %(default)s)")
-    parser.add_argument("--threads", type=_positive, default=DEFAULT_THREADS,
+    parser.add_argument("--threads", type=count, default=DEFAULT_THREADS,
                         help="waitress worker threads (default: %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no access log")
     parser.add_argument("--check", action="store_true", help="validate the data file, print a summary and exit")
     return parser
 
 
-def _port(text: str) -> int:
+def port(text: str) -> int:
+    """Parse a TCP port for --port (argparse names this function in its errors)."""
     value = int(text)
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError("expected 0 to 65535")
     return value
 
 
-def _positive(text: str) -> int:
+def count(text: str) -> int:
+    """Parse a whole number of at least 1 for --threads."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError("expected a whole number of at least 1")

@@ -34,6 +34,7 @@ __all__ = [
     "UrlGroup",
     "check_token",
     "load",
+    "parse",
 ]
 
 logger = logging.getLogger("qstash_lists")

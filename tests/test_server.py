@@ -121,3 +121,20 @@ def test_reloads_an_edited_file_keeps_the_last_good_one_and_obeys_sighup(tmp_pat
     assert "%s: line 1, column 56: invalid JSON: Expecting value" % path in err
     assert "%s: keeping the last good version" % path in err
     assert "%s: reloaded" % path in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--port", "abc"], "argument --port: invalid port value: 'abc'"),
+    (["--port", "70000"], "argument --port: expected 0 to 65535"),
+    (["--threads", "0"], "argument --threads: expected a whole number of at least 1"),
+])
+def test_bad_arguments_are_named(args: List[str], message: str) -> None:
+    proc = run(args)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and message in err and "Traceback" not in err
+
+
+def test_a_bad_qstash_token_is_refused(data_path: Path) -> None:
+    proc = run(["--port", "0", "--data", str(data_path)], env={"QSTASH_TOKEN": "has space"})
+    _, err = proc.communicate(timeout=30)
+    assert (proc.returncode, err) == (2, "QSTASH_TOKEN: expected a token of visible ASCII characters, with no spaces\n")
