@@ -70,8 +70,14 @@ class Server:
         self.port = int(match.group(1))
         self.url = "http://127.0.0.1:%d" % self.port
 
-    def pid(self) -> int:
-        return self.proc.pid
+    def cpu_seconds(self) -> Optional[float]:
+        """The server's user + system CPU time so far (Linux), or None."""
+        try:
+            with open("/proc/%d/stat" % self.proc.pid) as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def close(self) -> None:
         self.proc.terminate()
@@ -113,8 +119,19 @@ def serve_baseline(response_path: str, threads: int) -> None:
 
 
 class Result:
-    def __init__(self, rps: float, p50: float, p99: float) -> None:
-        self.rps, self.p50, self.p99 = rps, p50, p99
+    def __init__(self, rps: float, p50: float, p99: float, requests: int) -> None:
+        self.rps, self.p50, self.p99, self.requests = rps, p50, p99, requests
+        self.cpu_us: Optional[float] = None  # the server's CPU time per request
+
+
+def measure(server: Server, path: str, headers: Dict[str, str], seconds: float, connections: int) -> Result:
+    """Load ``server`` and note its CPU time per request: steadier than requests/s on a busy machine."""
+    before = server.cpu_seconds()
+    result = load(server.url + path, headers, seconds, connections)
+    after = server.cpu_seconds()
+    if before is not None and after is not None and result.requests:
+        result.cpu_us = (after - before) / result.requests * 1e6
+    return result
 
 
 def load(url: str, headers: Dict[str, str], seconds: float, connections: int) -> Result:
@@ -138,7 +155,8 @@ def _wrk(url: str, headers: Dict[str, str], seconds: float, connections: int) ->
         return float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    return Result(rps, latency("50"), latency("99"))
+    requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    return Result(rps, latency("50"), latency("99"), requests)
 
 
 def _python_load(url: str, headers: Dict[str, str], seconds: float, connections: int) -> Result:
@@ -171,7 +189,7 @@ def _python_load(url: str, headers: Dict[str, str], seconds: float, connections:
         raise SystemExit("load saw failures: %s" % failures[:5])
     latencies.sort()
     return Result(len(latencies) / seconds, latencies[len(latencies) // 2] * 1000,
-                  latencies[int(len(latencies) * 0.99)] * 1000)
+                  latencies[int(len(latencies) * 0.99)] * 1000, len(latencies))
 
 
 def fetch(url: str, headers: Dict[str, str]) -> Tuple[int, List[Tuple[str, str]], bytes]:
@@ -189,8 +207,11 @@ def header(headers: List[Tuple[str, str]], name: str) -> Optional[str]:
 
 
 def compare(name: str, a: Callable[[], Result], b: Callable[[], Result], rounds: int,
-            rows: List[str], a_name: str, b_name: str) -> float:
-    """Measure ``a`` and ``b`` in each round, alternating which goes first; add table rows."""
+            rows: List[str], a_name: str, b_name: str) -> Tuple[float, Optional[float]]:
+    """Measure ``a`` and ``b`` in each round, alternating which goes first; add table rows.
+
+    Return the median ratio of requests/s (a / b) and of CPU time per request (b / a).
+    """
     results: List[Tuple[Result, Result]] = []
     for i in range(rounds):
         if i % 2 == 0:
@@ -203,12 +224,16 @@ def compare(name: str, a: Callable[[], Result], b: Callable[[], Result], rounds:
     ratio = statistics.median(ra.rps / rb.rps for ra, rb in results)
     for label, pick in ((a_name, 0), (b_name, 1)):
         rs = [r[pick] for r in results]
-        rows.append("| %s | %s | %.0f | %.2f | %.2f |" % (
-            name, label, statistics.median(r.rps for r in rs),
-            statistics.median(r.p50 for r in rs), statistics.median(r.p99 for r in rs)))
+        cpu = [r.cpu_us for r in rs if r.cpu_us is not None]
+        rows.append("| %s | %s | %.0f | %.2f | %.2f | %s |" % (
+            name, label, statistics.median(r.rps for r in rs), statistics.median(r.p50 for r in rs),
+            statistics.median(r.p99 for r in rs), "%.1f" % statistics.median(cpu) if cpu else "-"))
     each = " ".join("%.2f" % (ra.rps / rb.rps) for ra, rb in results)
-    rows.append("| %s | **ratio %s / %s** | **%.2f** | rounds: %s | |" % (name, a_name, b_name, ratio, each))
-    return ratio
+    costs = [rb.cpu_us / ra.cpu_us for ra, rb in results if ra.cpu_us and rb.cpu_us]
+    cost = statistics.median(costs) if costs else None
+    note = " (CPU per request %s / %s: **%.2f**)" % (b_name, a_name, cost) if cost else ""
+    rows.append("| %s | **ratio %s / %s** | **%.2f** | rounds: %s%s | | |" % (name, a_name, b_name, ratio, each, note))
+    return ratio, cost
 
 
 def peak_memory_mb(code: str) -> float:
@@ -250,7 +275,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                           "wrk" if shutil.which("wrk") else "a Python client",
                           " (servers pinned to core 0, load to core 1)" if PIN else "",
                           args.rounds, args.seconds, args.connections, args.threads))
-    rows = ["| case | server | requests/s | p50 ms | p99 ms |", "|---|---|---|---|---|"]
+    rows = ["| case | server | requests/s | p50 ms | p99 ms | server CPU µs/request |",
+            "|---|---|---|---|---|---|"]
     summary = []
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
@@ -263,30 +289,32 @@ def main(argv: Optional[List[str]] = None) -> int:
                 save_response(tmp / "response", headers, body)
                 base = baseline(tmp / "response", args.threads)
                 try:
-                    ratio = compare(
+                    ratio, cost = compare(
                         "%d queues (%d bytes)" % (size, len(body)),
-                        lambda: load(url, AUTH, args.seconds, args.connections),
-                        lambda: load(base.url + "/v2/queues", AUTH, args.seconds, args.connections),
+                        lambda: measure(svc, "/v2/queues", AUTH, args.seconds, args.connections),
+                        lambda: measure(base, "/v2/queues", AUTH, args.seconds, args.connections),
                         args.rounds, rows, "service", "baseline")
-                    summary.append("service/baseline at %d queues: %.2f (target >= 0.95)" % (size, ratio))
+                    summary.append("service/baseline at %d queues: requests/s %.2f (target >= 0.95); CPU per "
+                                   "request, baseline/service %s" % (size, ratio, "%.2f" % cost if cost else "-"))
                 finally:
                     base.close()
                 if size == 10000:
                     gz = dict(AUTH, **{"Accept-Encoding": "gzip"})
                     _, gz_headers, gz_body = fetch(url, gz)
                     assert header(gz_headers, "content-encoding") == "gzip", gz_headers
-                    ratio = compare(
-                        "10000 queues, gzip", lambda: load(url, gz, args.seconds, args.connections),
-                        lambda: load(url, AUTH, args.seconds, args.connections),
+                    ratio, _ = compare(
+                        "10000 queues, gzip", lambda: measure(svc, "/v2/queues", gz, args.seconds, args.connections),
+                        lambda: measure(svc, "/v2/queues", AUTH, args.seconds, args.connections),
                         args.rounds, rows, "gzip", "identity")
                     summary.append("gzip: %d of %d bytes on the wire (1/%.1f, target <= 1/8); "
                                    "requests/s gzip/identity %.2f (target >= 1.5)"
                                    % (len(gz_body), len(body), len(body) / len(gz_body), ratio))
                     cond = dict(AUTH, **{"If-None-Match": header(headers, "etag")})
                     assert fetch(url, cond)[0] == 304
-                    ratio = compare(
-                        "10000 queues, If-None-Match", lambda: load(url, cond, args.seconds, args.connections),
-                        lambda: load(url, AUTH, args.seconds, args.connections),
+                    ratio, _ = compare(
+                        "10000 queues, If-None-Match",
+                        lambda: measure(svc, "/v2/queues", cond, args.seconds, args.connections),
+                        lambda: measure(svc, "/v2/queues", AUTH, args.seconds, args.connections),
                         args.rounds, rows, "304", "200")
                     summary.append("revalidation: requests/s 304/200 %.2f" % ratio)
             finally:
@@ -295,10 +323,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             data = write_data(tmp, 100)
             quiet, loud = service(data, args.threads), service(data, args.threads, quiet=False)
             try:
-                ratio = compare(
-                    "100 queues, access log", lambda: load(loud.url + "/v2/queues", AUTH, args.seconds,
-                                                           args.connections),
-                    lambda: load(quiet.url + "/v2/queues", AUTH, args.seconds, args.connections),
+                ratio, _ = compare(
+                    "100 queues, access log",
+                    lambda: measure(loud, "/v2/queues", AUTH, args.seconds, args.connections),
+                    lambda: measure(quiet, "/v2/queues", AUTH, args.seconds, args.connections),
                     args.rounds, rows, "log on", "--quiet")
                 summary.append("access log on/--quiet: %.2f" % ratio)
             finally:
