@@ -275,6 +275,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                           "wrk" if shutil.which("wrk") else "a Python client",
                           " (servers pinned to core 0, load to core 1)" if PIN else "",
                           args.rounds, args.seconds, args.connections, args.threads))
+
+    def drive(server: Server, headers: Dict[str, str]) -> Callable[[], Result]:
+        return lambda: measure(server, "/v2/queues", headers, args.seconds, args.connections)
+
     rows = ["| case | server | requests/s | p50 ms | p99 ms | server CPU µs/request |",
             "|---|---|---|---|---|---|"]
     summary = []
@@ -289,11 +293,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 save_response(tmp / "response", headers, body)
                 base = baseline(tmp / "response", args.threads)
                 try:
-                    ratio, cost = compare(
-                        "%d queues (%d bytes)" % (size, len(body)),
-                        lambda: measure(svc, "/v2/queues", AUTH, args.seconds, args.connections),
-                        lambda: measure(base, "/v2/queues", AUTH, args.seconds, args.connections),
-                        args.rounds, rows, "service", "baseline")
+                    ratio, cost = compare("%d queues (%d bytes)" % (size, len(body)), drive(svc, AUTH),
+                                          drive(base, AUTH), args.rounds, rows, "service", "baseline")
                     summary.append("service/baseline at %d queues: requests/s %.2f (target >= 0.95); CPU per "
                                    "request, baseline/service %s" % (size, ratio, "%.2f" % cost if cost else "-"))
                 finally:
@@ -302,20 +303,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                     gz = dict(AUTH, **{"Accept-Encoding": "gzip"})
                     _, gz_headers, gz_body = fetch(url, gz)
                     assert header(gz_headers, "content-encoding") == "gzip", gz_headers
-                    ratio, _ = compare(
-                        "10000 queues, gzip", lambda: measure(svc, "/v2/queues", gz, args.seconds, args.connections),
-                        lambda: measure(svc, "/v2/queues", AUTH, args.seconds, args.connections),
-                        args.rounds, rows, "gzip", "identity")
+                    ratio, _ = compare("10000 queues, gzip", drive(svc, gz), drive(svc, AUTH),
+                                       args.rounds, rows, "gzip", "identity")
                     summary.append("gzip: %d of %d bytes on the wire (1/%.1f, target <= 1/8); "
                                    "requests/s gzip/identity %.2f (target >= 1.5)"
                                    % (len(gz_body), len(body), len(body) / len(gz_body), ratio))
                     cond = dict(AUTH, **{"If-None-Match": header(headers, "etag")})
                     assert fetch(url, cond)[0] == 304
-                    ratio, _ = compare(
-                        "10000 queues, If-None-Match",
-                        lambda: measure(svc, "/v2/queues", cond, args.seconds, args.connections),
-                        lambda: measure(svc, "/v2/queues", AUTH, args.seconds, args.connections),
-                        args.rounds, rows, "304", "200")
+                    ratio, _ = compare("10000 queues, If-None-Match", drive(svc, cond), drive(svc, AUTH),
+                                       args.rounds, rows, "304", "200")
                     summary.append("revalidation: requests/s 304/200 %.2f" % ratio)
             finally:
                 svc.close()
@@ -323,11 +319,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             data = write_data(tmp, 100)
             quiet, loud = service(data, args.threads), service(data, args.threads, quiet=False)
             try:
-                ratio, _ = compare(
-                    "100 queues, access log",
-                    lambda: measure(loud, "/v2/queues", AUTH, args.seconds, args.connections),
-                    lambda: measure(quiet, "/v2/queues", AUTH, args.seconds, args.connections),
-                    args.rounds, rows, "log on", "--quiet")
+                ratio, _ = compare("100 queues, access log", drive(loud, AUTH), drive(quiet, AUTH),
+                                   args.rounds, rows, "log on", "--quiet")
                 summary.append("access log on/--quiet: %.2f" % ratio)
             finally:
                 quiet.close()
