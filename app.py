@@ -306,7 +306,7 @@ def _matches(header: str, etag: str) -> bool:
 def _request_line(environ: WSGIEnvironment) -> str:
     """Return 'METHOD /path?query' for the log: printable, with qstash_token redacted."""
     path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
-    line = "%s %s" % (_printable(environ.get("REQUEST_METHOD", "")), _printable(path, "%"))
+    line = "%s %s" % (_printable(environ.get("REQUEST_METHOD", "")), _printable(path, _PATH_SAFE))
     query = environ.get("QUERY_STRING", "")
     if query:
         fields = query.split("&")
@@ -318,9 +318,12 @@ def _request_line(environ: WSGIEnvironment) -> str:
     return line
 
 
-def _printable(text: str, unsafe: str = "") -> str:
-    """Percent-encode all but printable ASCII (and ``unsafe``), so a log line stays one line."""
-    safe = "".join(c for c in "/!$&'()*+,;=:@-._~%[]" if c not in unsafe)
+_QUERY_SAFE = "/!$&'()*+,;=:@-._~%[]"  # a raw query keeps its escapes
+_PATH_SAFE = _QUERY_SAFE.replace("%", "")  # a decoded path's "%" is itself escaped
+
+
+def _printable(text: str, safe: str = _QUERY_SAFE) -> str:
+    """Percent-encode all but printable ASCII in ``safe``, so a log line stays one line."""
     return quote(_latin1(text), safe=safe)
 
 

@@ -446,7 +446,8 @@ class DataFile(Generic[T]):
     ``interval`` seconds, from whichever thread asks; when they change it builds
     a new snapshot with ``build(path)`` and swaps it in whole.  A version that
     ``build`` rejects with DataError is logged once and the last good snapshot
-    stays in service.  No reader ever waits for a reload or sees half of one.
+    stays in service.  The one reader that notices a change waits for the load;
+    the others keep the current snapshot meanwhile, and none sees half of one.
     """
 
     def __init__(self, path: str, build: Callable[[str], T], interval: float = 1.0) -> None:
