@@ -84,7 +84,7 @@ class HTTPError(Exception):
 
 @functools.lru_cache(maxsize=None)
 def _error_body(message: str) -> bytes:
-    return _json({"error": message})
+    return json.dumps({"error": message}, separators=(",", ":")).encode()
 
 
 class NotFound(HTTPError):
@@ -161,7 +161,7 @@ class Snapshot:
     def __init__(self, loaded: Store) -> None:
         self.store = loaded
         self.bodies = {
-            (account.token_sha256, path): Body(_json([item.to_dict() for item in getattr(account, field)]))
+            (account.token_sha256, path): Body(store.encode(getattr(account, field)))
             for account in loaded.accounts
             for path, field in ROUTES.items()
         }
@@ -325,13 +325,6 @@ _PATH_SAFE = _QUERY_SAFE.replace("%", "")  # a decoded path's "%" is itself esca
 def _printable(text: str, safe: str = _QUERY_SAFE) -> str:
     """Percent-encode all but printable ASCII in ``safe``, so a log line stays one line."""
     return quote(_latin1(text), safe=safe)
-
-
-def _json(value: Any) -> bytes:
-    """Encode ``value`` the one way this service writes JSON: compact UTF-8."""
-    # check_circular=False: what the loader builds has no cycles, and the check costs a tenth.
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, check_circular=False,
-                      separators=(",", ":")).encode()
 
 
 def is_loopback(host: str) -> bool:

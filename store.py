@@ -2,7 +2,7 @@
 
 The file holds one account (``{"urlGroups": [...], "queues": [...]}``, whose
 token the caller supplies) or several (``{"accounts": [{"token": ...}, ...]}``).
-It becomes frozen dataclasses, or a :class:`DataError` that lists every fault
+It becomes dataclasses, or a :class:`DataError` that lists every fault
 with its exact place.  :class:`DataFile` keeps the last good snapshot of a file
 that people edit while the service runs.  Nothing here knows about HTTP.
 
@@ -19,8 +19,9 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring as _string  # json's own string escaper
 from operator import itemgetter
-from typing import Any, Callable, Dict, Generic, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar, Union
 from urllib.parse import urlsplit
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "TokenMissing",
     "UrlGroup",
     "check_token",
+    "encode",
     "load",
     "parse",
 ]
@@ -60,21 +62,27 @@ class TokenMissing(DataError):
     """A file in the one-account form, loaded without a token for that account."""
 
 
-@dataclass(frozen=True)
+# Endpoint, UrlGroup and Queue are not frozen: a frozen dataclass sets each field
+# through object.__setattr__, which made building 100,000 queues take most of the
+# time of parsing them.  Nothing changes them once loaded; a new version of the file
+# becomes new objects.  Each writes itself as the API's compact JSON (see encode).
+
+
+@dataclass
 class Endpoint:
     """One endpoint of a URL group."""
 
     url: str
     name: Optional[str] = None
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_json(self) -> str:
         """Return the API's JSON object; ``name`` is left out when there is none."""
         if self.name is None:
-            return {"url": self.url}
-        return {"name": self.name, "url": self.url}
+            return '{"url":%s}' % _string(self.url)
+        return '{"name":%s,"url":%s}' % (_string(self.name), _string(self.url))
 
 
-@dataclass(frozen=True)
+@dataclass
 class UrlGroup:
     """A URL group (the API's "topic") and its endpoints."""
 
@@ -83,17 +91,14 @@ class UrlGroup:
     name: str
     endpoints: Tuple[Endpoint, ...] = ()
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_json(self) -> str:
         """Return the API's JSON object."""
-        return {
-            "createdAt": self.created_at,
-            "updatedAt": self.updated_at,
-            "name": self.name,
-            "endpoints": [endpoint.to_dict() for endpoint in self.endpoints],
-        }
+        return '{"createdAt":%d,"updatedAt":%d,"name":%s,"endpoints":[%s]}' % (
+            self.created_at, self.updated_at, _string(self.name),
+            ",".join([endpoint.to_json() for endpoint in self.endpoints]))
 
 
-@dataclass(frozen=True)
+@dataclass
 class Queue:
     """A queue."""
 
@@ -104,16 +109,21 @@ class Queue:
     lag: int
     paused: bool = False
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_json(self) -> str:
         """Return the API's JSON object."""
-        return {
-            "createdAt": self.created_at,
-            "updatedAt": self.updated_at,
-            "name": self.name,
-            "parallelism": self.parallelism,
-            "lag": self.lag,
-            "paused": self.paused,
-        }
+        return '{"createdAt":%d,"updatedAt":%d,"name":%s,"parallelism":%d,"lag":%d,"paused":%s}' % (
+            self.created_at, self.updated_at, _string(self.name), self.parallelism, self.lag,
+            "true" if self.paused else "false")
+
+
+def encode(items: Sequence[Union[UrlGroup, Queue]]) -> bytes:
+    """Return the API's JSON array of ``items``: compact UTF-8, keys in QStash's order.
+
+    The objects are written from templates, and their strings by the json module's
+    own escaper: the same bytes as ``json.dumps`` of the equivalent dicts (a test
+    holds them to that), in under half the time at 100,000 queues.
+    """
+    return ("[%s]" % ",".join([item.to_json() for item in items])).encode()
 
 
 @dataclass(frozen=True)
@@ -197,7 +207,6 @@ def parse(raw: bytes, source: str, token: Optional[str]) -> Store:
     return store
 
 
-_QUEUE_KEYS = frozenset(("createdAt", "updatedAt", "name", "parallelism", "lag", "paused"))
 _QUEUE_FIELDS = itemgetter("createdAt", "updatedAt", "name", "parallelism", "lag")
 _GROUP_KEYS = frozenset(("createdAt", "updatedAt", "name", "endpoints"))
 _GROUP_FIELDS = itemgetter("createdAt", "updatedAt", "name", "endpoints")
@@ -231,7 +240,7 @@ class _Checker:
         if type(value) is dict and "accounts" in value:
             for key in value:
                 if key != "accounts":
-                    self.fault(key, "unknown key next to 'accounts' (a file lists accounts, "
+                    self.fault(_at("(top level)", key), "unknown key next to 'accounts' (a file lists accounts, "
                                "or holds 'urlGroups' and 'queues' of one account, not both)")
             accounts = self.each(value["accounts"], "accounts", self.account, {})
             return Store(accounts)
@@ -286,6 +295,9 @@ class _Checker:
             return ""
         if pattern is not None and not pattern.fullmatch(value):
             self.fault(where, "expected only letters, digits, '_', '-' and '.', got %s" % _show(value))
+        elif not value.isprintable():
+            self.fault(where, "expected printable characters (no control characters, line breaks "
+                       "or lone surrogates), got %s" % _show(value))
         if value in seen:
             self.fault(where, "duplicate name %s (also at %s[%d].name)" % (_show(value), array, seen[value]))
         else:
@@ -360,7 +372,7 @@ class _Checker:
             name = value.get("name")
             if name is None and "name" not in value:
                 return Endpoint(value["url"])
-            if type(name) is str and name and name not in seen:
+            if type(name) is str and name and name.isprintable() and name not in seen:
                 seen[name] = i
                 return Endpoint(value["url"], name)
         where = "%s[%d]" % (array, i)
@@ -375,17 +387,20 @@ class _Checker:
         return Endpoint(url, self.name(item["name"], array, i, seen))
 
     def queue(self, value: Any, array: str, i: int, seen: Dict[str, int]) -> Optional[Queue]:
-        if type(value) is dict and value.keys() <= _QUEUE_KEYS and len(value) >= 5:
+        if type(value) is dict:
             try:
                 created, updated, name, parallelism, lag = _QUEUE_FIELDS(value)
             except KeyError:
                 pass
             else:
                 paused = value.get("paused", False)
-                if (type(created) is type(updated) is type(parallelism) is type(lag) is int
+                # With every required key there, the count tells whether any other is.
+                if (len(value) == 5 + ("paused" in value)
+                        and type(created) is type(updated) is type(parallelism) is type(lag) is int
                         and 0 <= created <= updated <= MAX_SAFE_INTEGER
                         and 0 <= parallelism <= MAX_SAFE_INTEGER and 0 <= lag <= MAX_SAFE_INTEGER
-                        and type(name) is str and name and name not in seen and type(paused) is bool):
+                        and type(name) is str and name and name.isprintable() and name not in seen
+                        and type(paused) is bool):
                     seen[name] = i
                     return Queue(created, updated, name, parallelism, lag, paused)
         where = "%s[%d]" % (array, i)
@@ -404,6 +419,9 @@ class _Checker:
 
 
 def _at(where: str, key: str) -> str:
+    """Return the place of ``key`` in the object at ``where``."""
+    if len(key) > 60 or not key.isprintable():  # a key from the file: keep the line short and whole
+        key = _show(key)
     return key if where == "(top level)" else "%s.%s" % (where, key)
 
 
@@ -418,6 +436,8 @@ def _show(value: Any) -> str:
     if isinstance(value, list):
         return "an array"
     text = json.dumps(value, ensure_ascii=False)
+    if not text.isprintable():  # a line break or a lone surrogate: escape all but ASCII
+        text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
