@@ -42,6 +42,8 @@ WSGIApplication = Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]
 DEV_TOKEN = "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3JkIn0="
 #: Route table: exact path (no trailing slash) -> the store.Account field it lists.
 ROUTES = {"/v2/topics": "url_groups", "/v2/queues": "queues"}
+#: Each route's path as requested, with or without one trailing slash -> the route's path.
+_PATHS = {route + slash: route for route in ROUTES for slash in ("", "/")}
 ALLOWED = "GET, HEAD"
 #: Bodies at least this long are sent through ``wsgi.file_wrapper`` where the server has one.
 FILE_WRAPPER_MIN = 64 * 1024
@@ -176,7 +178,7 @@ def create_app(source: "DataFile[Snapshot]", access_log: bool = True) -> WSGIApp
     """Return the WSGI callable that serves the snapshots of ``source``."""
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        started = time.perf_counter()
+        started = time.perf_counter() if access_log else 0.0
         exc_info = None
         try:
             status, headers, data = respond(environ, source.current())
@@ -198,22 +200,20 @@ def create_app(source: "DataFile[Snapshot]", access_log: bool = True) -> WSGIApp
                 len(data),
                 (time.perf_counter() - started) * 1000,
             )
-        if not data:
-            return []
+        if len(data) < FILE_WRAPPER_MIN:
+            return [data] if data else []
         file_wrapper = environ.get("wsgi.file_wrapper")
-        if file_wrapper is not None and len(data) >= FILE_WRAPPER_MIN:
-            return file_wrapper(io.BytesIO(data))
-        return [data]
+        if file_wrapper is None:
+            return [data]
+        return file_wrapper(io.BytesIO(data))
 
     return app
 
 
 def respond(environ: WSGIEnvironment, snapshot: Snapshot) -> Tuple[str, Headers, bytes]:
     """Answer one request from ``snapshot``: route, method, auth, then the body."""
-    path = environ.get("PATH_INFO", "")
-    if len(path) > 1 and path.endswith("/"):
-        path = path[:-1]
-    if path not in ROUTES:
+    path = _PATHS.get(environ.get("PATH_INFO", ""))
+    if path is None:
         raise NotFound()
     if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
         raise MethodNotAllowed()
@@ -241,8 +241,12 @@ def _credential(environ: WSGIEnvironment) -> bytes:
     all must be the same token.
     """
     query = environ.get("QUERY_STRING")
-    tokens = [value for name, value in _query(query) if name == b"qstash_token"] if query else []
     header = environ.get("HTTP_AUTHORIZATION")
+    if not query and header is not None and header[:7] == "Bearer ":  # the usual form, the short way
+        token = header[7:]
+        if token and " " not in token and "\t" not in token:
+            return _latin1(token)
+    tokens = [value for name, value in _query(query) if name == b"qstash_token"] if query else []
     if header is not None:
         scheme, _, token = header.strip(" \t").partition(" ")
         tokens.append(_latin1(token.lstrip(" ")) if scheme.lower() == "bearer" else b"")

@@ -124,7 +124,9 @@ def test_no_failed_or_partial_response_while_the_file_churns(tmp_path: Path) -> 
                     os.remove(path)  # deleted...
                 elif n % 4 == 3:
                     path.write_text("{\"accounts\": [}")  # invalid...
-                time.sleep(0.3)
+                # The service looks at the file once a second: the first invalid version stays
+                # longer than that, so that it is surely seen and kept out.
+                time.sleep(1.2 if n == 3 else 0.3)
                 tmp = tmp_path / "next.json"
                 tmp.write_text(text)
                 os.replace(tmp, path)  # ...then a good version, atomically
