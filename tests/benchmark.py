@@ -1,10 +1,12 @@
 """Benchmark qstash-lists against a bare WSGI baseline under the same waitress, in one run.
 
-    python tests/benchmark.py [--rounds 5] [--seconds 3] [--connections 8] [--threads 8]
+    python tests/benchmark.py [--rounds 21] [--seconds 1] [--connections 8] [--threads 8] [--noise]
 
 Each round measures the service and the baseline back to back (the order
 alternating), so both see the same machine; the figures are medians over the
-rounds, and each ratio is the median of the per-round ratios.  The baseline is a
+rounds, and each ratio is the median of the per-round ratios.  Many short rounds
+beat a few long ones here: this machine's speed drifts over seconds, which a pair
+of one-second measurements mostly shares.  The baseline is a
 WSGI callable that returns the same bytes the fastest way waitress allows (the
 file wrapper for large bodies) with no routing, auth or logging, served with the
 service's own waitress settings.  The load comes from wrk where it is installed,
@@ -254,12 +256,14 @@ except OSError:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--threads", type=int, default=app.DEFAULT_THREADS)
     parser.add_argument("--sizes", type=int, nargs="*", default=[100, 10000],
                         help="queue counts to serve (default: 100 10000; 10000 adds gzip and 304)")
+    parser.add_argument("--noise", action="store_true",
+                        help="first, the baseline against an identical copy of itself: this machine's noise")
     parser.add_argument("--no-access-log", dest="access_log", action="store_false",
                         help="skip the access log's cost")
     parser.add_argument("--load-queues", type=int, default=100000,
@@ -293,6 +297,15 @@ def main(argv: Optional[List[str]] = None) -> int:
                 save_response(tmp / "response", headers, body)
                 base = baseline(tmp / "response", args.threads)
                 try:
+                    if args.noise and size == args.sizes[0]:
+                        twin = baseline(tmp / "response", args.threads)
+                        try:
+                            ratio, _ = compare("%d queues, A/A" % size, drive(twin, AUTH), drive(base, AUTH),
+                                               args.rounds, rows, "baseline copy", "baseline")
+                            summary.append("noise: an identical copy of the baseline / the baseline at %d "
+                                           "queues: %.2f" % (size, ratio))
+                        finally:
+                            twin.close()
                     ratio, cost = compare("%d queues (%d bytes)" % (size, len(body)), drive(svc, AUTH),
                                           drive(base, AUTH), args.rounds, rows, "service", "baseline")
                     summary.append("service/baseline at %d queues: requests/s %.2f (target >= 0.95); CPU per "
