@@ -241,7 +241,8 @@ class _Checker:
         if type(value) is dict and "accounts" in value:
             for key in value:
                 if key != "accounts":
-                    self.fault(_at("(top level)", key), "unknown key next to 'accounts' (a file lists accounts, "
+                    self.fault(_at("(top level)", key),
+                               "unknown key next to 'accounts' (a file lists accounts, "
                                "or holds 'urlGroups' and 'queues' of one account, not both)")
             accounts = self.each(value["accounts"], "accounts", self.account, {})
             return Store(accounts)

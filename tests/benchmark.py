@@ -5,13 +5,13 @@
 Each round measures the service and the baseline back to back (the order
 alternating), so both see the same machine; the figures are medians over the
 rounds, and each ratio is the median of the per-round ratios.  Many short rounds
-beat a few long ones here: this machine's speed drifts over seconds, which a pair
-of one-second measurements mostly shares.  The baseline is a
-WSGI callable that returns the same bytes the fastest way waitress allows (the
-file wrapper for large bodies) with no routing, auth or logging, served with the
-service's own waitress settings.  The load comes from wrk where it is installed,
-else from a keep-alive client in Python; either way it runs for a bounded time
-and talks only to 127.0.0.1.
+beat a few long ones here: this machine's speed drifts over seconds, and a pair of
+one-second measurements mostly shares the drift.  The baseline is a WSGI callable
+that returns the same bytes the fastest way waitress allows (the file wrapper for
+large bodies) with no routing, auth or logging, served with the service's own
+waitress settings.  The load comes from wrk where it is installed, else from a
+keep-alive client in Python; either way it runs for a bounded time and talks only
+to 127.0.0.1.
 """
 
 import argparse

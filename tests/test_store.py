@@ -93,11 +93,12 @@ FAULTS = [
      'urlGroups[0].endpoints[1].name: duplicate name "e" (also at urlGroups[0].endpoints[0].name)'),
     ({"urlGroups": [dict(G, endpoints=[{"name": None, "url": "http://a"}])]},
      "urlGroups[0].endpoints[0].name: expected a non-empty string, got null"),
-    ({"queues": [dict(Q, name="two\nlines")]}, 'queues[0].name: expected printable characters '
-                                             '(no control characters, line breaks or lone surrogates), got "two\\nlines"'),
-    ({"queues": [dict(Q, name="caf\u00e9\ud800")]}, 'queues[0].name: expected printable characters '
-                                                 '(no control characters, line breaks or lone surrogates), '
-                                                 'got "caf\\u00e9\\ud800"'),
+    ({"queues": [dict(Q, name="two\nlines")]},
+     "queues[0].name: expected printable characters "
+     '(no control characters, line breaks or lone surrogates), got "two\\nlines"'),
+    ({"queues": [dict(Q, name="caf\u00e9\ud800")]},
+     "queues[0].name: expected printable characters "
+     '(no control characters, line breaks or lone surrogates), got "caf\\u00e9\\ud800"'),
     ({"urlGroups": [dict(G, endpoints=[{"name": "a\tb", "url": "http://a"}])]},
      "urlGroups[0].endpoints[0].name: expected printable characters "
      '(no control characters, line breaks or lone surrogates), got "a\\tb"'),
