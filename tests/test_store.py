@@ -109,18 +109,9 @@ FAULTS = [
     ({"accounts": [], "k" * 100: 1}, '"%s...: unknown key next to \'accounts\' (a file lists accounts, '
                                      "or holds 'urlGroups' and 'queues' of one account, not both)" % ("k" * 56)),
     # Endpoint URLs
-    ({"urlGroups": [dict(G, endpoints=[{"url": "ftp://a.example/"}])]},
-     'urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got "ftp://a.example/"'),
-    ({"urlGroups": [dict(G, endpoints=[{"url": "/hook"}])]},
-     'urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got "/hook"'),
-    ({"urlGroups": [dict(G, endpoints=[{"url": "https://"}])]},
-     'urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got "https://"'),
-    ({"urlGroups": [dict(G, endpoints=[{"url": "http://[::1/x"}])]},
-     'urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got "http://[::1/x"'),
-    ({"urlGroups": [dict(G, endpoints=[{"url": "http://a:port/"}])]},
-     'urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got "http://a:port/"'),
-    ({"urlGroups": [dict(G, endpoints=[{"url": "http://a.example/x y"}])]},
-     'urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got "http://a.example/x y"'),
+    *[({"urlGroups": [dict(G, endpoints=[{"url": url}])]},
+       'urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got "%s"' % url)
+      for url in ["ftp://a.example/", "/hook", "https://", "http://[::1/x", "http://a:port/", "http://a.example/x y"]],
     # Accounts and tokens (a token's value is never shown)
     ({"accounts": [{}]}, "accounts[0]: expected exactly one of 'token' or 'tokenSha256'"),
     ({"accounts": [{"token": "a", "tokenSha256": "0" * 64}]},
