@@ -32,9 +32,6 @@ def one(document: Any) -> str:
 
 FAULTS = [
     # Not JSON, or not the right shape at the top
-    (b'{"queues": [}', "line 1, column 13: invalid JSON: Expecting value"),
-    (b'{"queues": []\n,}', "line 2, column 2: invalid JSON: Expecting property name enclosed in double quotes"),
-    (b"", "line 1, column 1: invalid JSON: Expecting value"),
     (b'{"queues": ["\xff"]}', "not UTF-8 text: invalid start byte at byte 13"),
     (b"[]", "(top level): expected an object, got an array"),
     (b"null", "(top level): expected an object, got null"),
@@ -131,6 +128,15 @@ FAULTS = [
 @pytest.mark.parametrize("document, message", FAULTS)
 def test_each_fault_is_reported_with_its_place(document: Any, message: str) -> None:
     assert one(document) == "data.json: " + message
+
+
+@pytest.mark.parametrize("raw", [b'{"queues": [}', b'{"queues": []\n,}', b"", b'{"queues": [\n\n  {"name": 1,}]}'])
+def test_invalid_json_is_reported_with_its_line_and_column(raw: bytes) -> None:
+    # The place and the words are the json module's own; they differ between Python versions.
+    with pytest.raises(json.JSONDecodeError) as info:
+        json.loads(raw)
+    error = info.value
+    assert one(raw) == "data.json: line %d, column %d: invalid JSON: %s" % (error.lineno, error.colno, error.msg)
 
 
 def test_every_fault_is_reported_not_just_the_first() -> None:
