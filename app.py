@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 from http import HTTPStatus
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 from urllib.parse import quote, unquote_to_bytes
 
 import store
@@ -40,10 +40,20 @@ WSGIApplication = Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]
 
 #: The token that the official ``qstash dev`` server documents; used only on loopback.
 DEV_TOKEN = "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3JkIn0="
-#: Route table: exact path (no trailing slash) -> the store.Account field it lists.
-ROUTES = {"/v2/topics": "url_groups", "/v2/queues": "queues"}
-#: Each route's path as requested, with or without one trailing slash -> the route's path.
-_PATHS = {route + slash: route for route in ROUTES for slash in ("", "/")}
+
+
+class Route(NamedTuple):
+    """A collection: the store.Account field it lists, and what one of its items is called."""
+
+    field: str
+    noun: str
+
+
+#: The route table, the one place that names the paths: each collection's path (no
+#: trailing slash).  An item's path is its collection's path plus one segment, its name.
+ROUTES = {"/v2/topics": Route("url_groups", "URL group"), "/v2/queues": Route("queues", "queue")}
+#: A collection's path as requested, with or without one trailing slash -> its route's path.
+_PATHS = {path + slash: path for path in ROUTES for slash in ("", "/")}
 ALLOWED = "GET, HEAD"
 #: Bodies at least this long are sent through ``wsgi.file_wrapper`` where the server has one.
 FILE_WRAPPER_MIN = 64 * 1024
@@ -84,23 +94,33 @@ class HTTPError(Exception):
         return "%d %s" % (self.status, self.status.phrase), headers + self.headers, body
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=256)  # bounded: a missing item's message names what was asked for
 def _error_body(message: str) -> bytes:
     return json.dumps({"error": message}, separators=(",", ":")).encode()
 
 
 class NotFound(HTTPError):
-    """Any path but the two lists."""
+    """A path this server does not have."""
 
     status = HTTPStatus.NOT_FOUND
-    message = "not found: this server answers GET /v2/topics and GET /v2/queues"
+    message = ("not found: this read-only server answers GET /v2/topics, /v2/topics/<name>, "
+               "/v2/queues and /v2/queues/<name>")
+
+
+class NoSuchItem(NotFound):
+    """An item path whose name is not in the token's account (nor, as far as it can tell, anywhere)."""
+
+    def __init__(self, noun: str, name: str) -> None:
+        shown = name if len(name) <= 100 else name[:100] + "..."
+        self.message = "not found: no %s named %s" % (noun, json.dumps(shown))
+        super().__init__()
 
 
 class MethodNotAllowed(HTTPError):
     """A method other than GET or HEAD on a known path."""
 
     status = HTTPStatus.METHOD_NOT_ALLOWED
-    message = "method not allowed: this path answers only GET and HEAD"
+    message = "method not allowed: this server is read-only; it answers only GET and HEAD"
 
     def __init__(self) -> None:
         super().__init__([("Allow", ALLOWED)])
@@ -125,6 +145,8 @@ class Unauthorized(HTTPError):
 class Representation:
     """One encoding of a body, with the headers of its 200 and 304 answers, built once."""
 
+    __slots__ = ("data", "etag", "not_modified", "headers")
+
     def __init__(self, data: bytes, etag: str, vary: bool, encoding: Optional[str] = None) -> None:
         self.data = data
         self.etag = etag
@@ -137,20 +159,24 @@ class Representation:
             self.headers.append(("Content-Encoding", encoding))
 
 
+_gzip_lock = threading.Lock()  # threads that ask at once for the same gzip body wait for one compression
+
+
 class Body:
     """One response body, encoded once per snapshot; gzip-compressed on first demand."""
+
+    __slots__ = ("compressible", "identity", "_gzip")
 
     def __init__(self, data: bytes) -> None:
         self.compressible = len(data) >= GZIP_MIN
         self.identity = Representation(data, '"%s"' % hashlib.blake2b(data, digest_size=16).hexdigest(),
                                        self.compressible)
         self._gzip: Optional[Representation] = None
-        self._gzip_lock = threading.Lock()
 
     def gzipped(self) -> Representation:
         """Return the gzip representation, compressing on first use."""
         if self._gzip is None:
-            with self._gzip_lock:  # threads that ask at once wait for one compression
+            with _gzip_lock:
                 if self._gzip is None:
                     data = gzip.compress(self.identity.data, compresslevel=6, mtime=0)
                     self._gzip = Representation(data, self.identity.etag[:-1] + '-gzip"', True, "gzip")
@@ -158,15 +184,34 @@ class Body:
 
 
 class Snapshot:
-    """One loaded data file and its response bodies, ready to serve."""
+    """One loaded data file and its response bodies, ready to serve.
+
+    The lists are encoded when the snapshot is built; an item's body is encoded
+    the first time it is asked for and kept for the snapshot's life, so a file
+    of 100,000 queues does not pay for 100,000 bodies nobody reads.
+    """
 
     def __init__(self, loaded: Store) -> None:
         self.store = loaded
-        self.bodies = {
-            (account.token_sha256, path): Body(store.encode(getattr(account, field)))
+        self.lists = {
+            (account.token_sha256, path): Body(store.encode(getattr(account, route.field)))
             for account in loaded.accounts
-            for path, field in ROUTES.items()
+            for path, route in ROUTES.items()
         }
+        self.items: Dict[Tuple[bytes, str, str], Body] = {}
+
+    def item(self, account: store.Account, path: str, name: str) -> Body:
+        """Return the body of the item ``name`` in the collection at ``path``; raise NoSuchItem."""
+        key = (account.token_sha256, path, name)
+        body = self.items.get(key)
+        if body is None:
+            route = ROUTES[path]
+            found = account.item(route.field, name)
+            if found is None:
+                raise NoSuchItem(route.noun, name)
+            # Two threads may both encode it; the bytes are the same, and one copy is kept.
+            body = self.items.setdefault(key, Body(found.to_json().encode()))
+        return body
 
 
 def open_data(path: str, token: Optional[str], interval: float = 1.0) -> "DataFile[Snapshot]":
@@ -212,15 +257,17 @@ def create_app(source: "DataFile[Snapshot]", access_log: bool = True) -> WSGIApp
 
 def respond(environ: WSGIEnvironment, snapshot: Snapshot) -> Tuple[str, Headers, bytes]:
     """Answer one request from ``snapshot``: route, method, auth, then the body."""
-    path = _PATHS.get(environ.get("PATH_INFO", ""))
+    path_info = environ.get("PATH_INFO", "")
+    path = _PATHS.get(path_info)
+    name = None
     if path is None:
-        raise NotFound()
+        path, name = _item_path(environ, path_info)
     if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
         raise MethodNotAllowed()
     account = snapshot.store.find(_credential(environ))
     if account is None:
         raise Unauthorized(token_given=True)
-    body = snapshot.bodies[account.token_sha256, path]
+    body = snapshot.lists[account.token_sha256, path] if name is None else snapshot.item(account, path, name)
 
     chosen = body.identity
     accept_encoding = environ.get("HTTP_ACCEPT_ENCODING")
@@ -231,6 +278,37 @@ def respond(environ: WSGIEnvironment, snapshot: Snapshot) -> Tuple[str, Headers,
     if if_none_match and _matches(if_none_match, chosen.etag):
         return "304 Not Modified", list(chosen.not_modified), b""
     return "200 OK", list(chosen.headers), chosen.data
+
+
+def _item_path(environ: WSGIEnvironment, path_info: str) -> Tuple[str, str]:
+    """Split an item's path into its collection's path and the item's name; raise NotFound.
+
+    The name is the one segment after the collection's path (a trailing slash
+    is dropped, as on the lists), percent-decoded once.  The server has already
+    decoded PATH_INFO, where an escaped slash (``%2F``) looks like a separator;
+    the raw request URI, where the server passes it on, tells the two apart.
+    """
+    parts = path_info.split("/", 3)  # "", "v2", "queues", "<name>" -- split once, look up twice
+    path = "/".join(parts[:3])
+    if len(parts) < 4 or path not in ROUTES:
+        raise NotFound()
+    rest = _latin1(parts[3])
+    raw = environ.get("REQUEST_URI") or environ.get("RAW_URI")  # waitress, uWSGI / gunicorn
+    segment = None
+    if raw:
+        raw_path = raw.partition("?")[0].partition("#")[0]
+        trailing = raw_path.endswith("/")
+        decoded = unquote_to_bytes(_latin1((raw_path[:-1] if trailing else raw_path).rpartition("/")[2]))
+        if decoded + (b"/" if trailing else b"") == rest:
+            segment = decoded
+    if segment is None:  # no raw URI, or one that does not end with this path: PATH_INFO alone
+        segment = rest[:-1] if rest.endswith(b"/") else rest
+        if b"/" in segment:
+            raise NotFound()
+    if not segment:
+        raise NotFound()
+    # Names are UTF-8 in the URL; bytes that are not cannot name anything, and stay visible as escapes.
+    return path, segment.decode("utf-8", "backslashreplace")
 
 
 def _credential(environ: WSGIEnvironment) -> bytes:

@@ -11,7 +11,6 @@ Check a file from the shell with ``python app.py --check --data FILE``.
 
 import gc
 import hashlib
-import hmac
 import json
 import logging
 import os
@@ -21,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _json_string  # the json module's string escaper
 from operator import itemgetter
-from typing import Any, Callable, Dict, Generic, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 from urllib.parse import urlsplit
 
 __all__ = [
@@ -127,6 +126,9 @@ def encode(items: Sequence[Union[UrlGroup, Queue]]) -> bytes:
     return ("[%s]" % ",".join([item.to_json() for item in items])).encode()
 
 
+Item = Union[UrlGroup, Queue]
+
+
 @dataclass(frozen=True)
 class Account:
     """The URL groups and queues that one token sees."""
@@ -135,22 +137,36 @@ class Account:
     token_sha256: bytes = field(repr=False)
     url_groups: Tuple[UrlGroup, ...] = ()
     queues: Tuple[Queue, ...] = ()
+    #: "url_groups" / "queues" -> {name: position}: finding one item by name is one lookup.
+    names: Mapping[str, Mapping[str, int]] = field(default_factory=dict, repr=False, compare=False)
+
+    def item(self, kind: str, name: str) -> Optional[Item]:
+        """Return the item of ``kind`` ("url_groups" or "queues") named ``name``, or None."""
+        position = self.names.get(kind, {}).get(name)
+        items: Tuple[Item, ...] = getattr(self, kind)
+        return None if position is None else items[position]
 
 
 @dataclass(frozen=True)
 class Store:
-    """Every account of one loaded data file."""
+    """Every account of one loaded data file, found by the SHA-256 digest of its token."""
 
     accounts: Tuple[Account, ...]
+    by_digest: Mapping[bytes, Account] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_digest", {account.token_sha256: account for account in self.accounts})
 
     def find(self, token: bytes) -> Optional[Account]:
-        """Return the account whose token is ``token``, in constant time, or None."""
-        digest = hashlib.sha256(token).digest()
-        found = None
-        for account in self.accounts:  # no early exit: every token costs the same
-            if hmac.compare_digest(digest, account.token_sha256):
-                found = account
-        return found
+        """Return the account whose token is ``token``, or None; one lookup, whatever the number of accounts.
+
+        The dict is keyed by the SHA-256 digest of each token, not by the token:
+        a probe's timing can tell an attacker at most how a digest of their
+        choosing compares with stored digests, and a digest cannot be steered
+        towards a secret one without inverting SHA-256.  So neither the secret
+        nor its length leaks, as with a constant-time comparison.
+        """
+        return self.by_digest.get(hashlib.sha256(token).digest())
 
     def summary(self) -> str:
         """Return "N accounts, N URL groups, N queues"."""
@@ -161,7 +177,6 @@ class Store:
             _plural(groups, "URL group"),
             _plural(queues, "queue"),
         )
-
 
 def check_token(token: str) -> Optional[str]:
     """Return why ``token`` cannot be used as a bearer token, or None if it can."""
@@ -200,12 +215,12 @@ def parse(raw: bytes, source: str, token: Optional[str]) -> Store:
     except RecursionError:
         raise DataError(["%s: invalid JSON: nested too deeply" % source]) from None
     checker = _Checker()
-    store = checker.document(document, token)
+    accounts = checker.document(document, token)
     if checker.faults:
         raise DataError(checker.report(source))
     if checker.single_account and token is None:
         raise TokenMissing(["%s: holds a single account, and no token was given for it" % source])
-    return store
+    return Store(accounts)
 
 
 _QUEUE_FIELDS = itemgetter("createdAt", "updatedAt", "name", "parallelism", "lag")
@@ -237,21 +252,20 @@ class _Checker:
             lines.append("%s: ... and %d more" % (source, len(self.faults) - MAX_FAULTS))
         return lines
 
-    def document(self, value: Any, token: Optional[str]) -> Store:
+    def document(self, value: Any, token: Optional[str]) -> Tuple[Account, ...]:
         if type(value) is dict and "accounts" in value:
             for key in value:
                 if key != "accounts":
                     self.fault(_at("(top level)", key),
                                "unknown key next to 'accounts' (a file lists accounts, "
                                "or holds 'urlGroups' and 'queues' of one account, not both)")
-            accounts = self.each(value["accounts"], "accounts", self.account, {})
-            return Store(accounts)
+            return self.each(value["accounts"], "accounts", self.account, {})
         top = self.fields(value, "(top level)", (), ("urlGroups", "queues", "accounts"))
         if top is None:
-            return Store(())
+            return ()
         self.single_account = True
         digest = b"" if token is None else hashlib.sha256(token.encode()).digest()
-        return Store((self.collections(top, "", digest),))
+        return (self.collections(top, "", digest),)
 
     def each(self, value: Any, where: str, build: Callable[..., Any], seen: Dict[Any, int]) -> tuple:
         """Build every element of the array ``value``.
@@ -348,9 +362,11 @@ class _Checker:
         return bytes.fromhex(value)
 
     def collections(self, item: Dict[str, Any], prefix: str, digest: bytes) -> Account:
-        groups = self.each(item.get("urlGroups", []), prefix + "urlGroups", self.url_group, {})
-        queues = self.each(item.get("queues", []), prefix + "queues", self.queue, {})
-        return Account(digest, groups, queues)
+        # The names seen while checking each array become the account's index by name.
+        names: Dict[str, Dict[str, int]] = {"url_groups": {}, "queues": {}}
+        groups = self.each(item.get("urlGroups", []), prefix + "urlGroups", self.url_group, names["url_groups"])
+        queues = self.each(item.get("queues", []), prefix + "queues", self.queue, names["queues"])
+        return Account(digest, groups, queues, names)
 
     def url_group(self, value: Any, array: str, i: int, seen: Dict[str, int]) -> Optional[UrlGroup]:
         if type(value) is dict and value.keys() == _GROUP_KEYS:

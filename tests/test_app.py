@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 import app as service
-from conftest import (
+from helpers import (
     ALPHA_GROUP, ALPHA_QUEUE, BETA_QUEUE, TOKEN_A, TOKEN_B, TOKEN_C, bearer, call, write_json,
 )
 
@@ -140,22 +140,25 @@ def test_credentials(app: Any, headers: Any, query: str, status: int, invalid_to
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"])
-@pytest.mark.parametrize("path", ["/v2/topics", "/v2/queues/"])
+@pytest.mark.parametrize("path", ["/v2/topics", "/v2/queues/", "/v2/topics/orders", "/v2/queues/emails",
+                                  "/v2/queues/nowhere"])
 def test_other_methods_get_405_with_allow(app: Any, method: str, path: str) -> None:
     response = call(app, path, method=method, headers=bearer(TOKEN_A))
     assert response.status == 405
     assert response.headers["Allow"] == "GET, HEAD"
-    assert response.json() == {"error": "method not allowed: this path answers only GET and HEAD"}
+    assert response.json() == {"error": "method not allowed: this server is read-only; it answers only GET and HEAD"}
 
 
 @pytest.mark.parametrize("path", [
     "/", "", "/v2", "/v2/", "/v2/topic", "/v2/topicsx", "/v2/topics//", "//v2/topics",
-    "/v2/topics/orders", "/v1/queues", "/V2/QUEUES", "/v2/./queues", "/v2/messages",
+    "/v2/topics/orders/endpoints", "/v2/queues/emails/pause", "/v2/queues//emails",
+    "/v1/queues", "/V2/QUEUES", "/v2/./queues", "/v2/messages", "/v2/messages/abc",
 ])
 def test_other_paths_get_404(app: Any, path: str) -> None:
     response = call(app, path, headers=bearer(TOKEN_A))
     assert response.status == 404
-    assert response.json() == {"error": "not found: this server answers GET /v2/topics and GET /v2/queues"}
+    assert response.json() == {"error": "not found: this read-only server answers GET /v2/topics, "
+                                        "/v2/topics/<name>, /v2/queues and /v2/queues/<name>"}
 
 
 def test_every_response_is_json_with_exact_length_and_nosniff(app: Any) -> None:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Set
 
-from conftest import (
+from helpers import (
     ALPHA_QUEUE, Q_TEMPLATE, ROOT, TOKEN_A, TOKEN_B, accounts_document, serving, write_json,
 )
 

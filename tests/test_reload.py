@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Set
 
 import app as service
 import store
-from conftest import Q_TEMPLATE, TOKEN_A, bearer, call, write_json
+from helpers import Q_TEMPLATE, TOKEN_A, bearer, call, write_json
 
 
 def version(n: int, queues: int = 50) -> Dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import List
 import pytest
 
 import app as service
-from conftest import ALPHA_QUEUE, TOKEN_A, TOKEN_B, accounts_document, eventually, run, serving, write_json
+from helpers import ALPHA_QUEUE, TOKEN_A, TOKEN_B, accounts_document, eventually, run, serving, write_json
 
 SINGLE = {"queues": [ALPHA_QUEUE]}
 

@@ -11,7 +11,7 @@ from typing import Any, List
 import pytest
 
 import store
-from conftest import ALPHA_GROUP, ALPHA_QUEUE, TOKEN_A, accounts_document, write_json
+from helpers import ALPHA_GROUP, ALPHA_QUEUE, TOKEN_A, accounts_document, write_json
 
 Q = {"createdAt": 1, "updatedAt": 2, "name": "q", "parallelism": 1, "lag": 0}
 G = {"createdAt": 1, "updatedAt": 2, "name": "g", "endpoints": [{"url": "https://a.example/"}]}
@@ -307,3 +307,26 @@ def test_the_fast_path_agrees_with_the_full_checks() -> None:
                                                                  for q in source.get("queues", [])]
             assert json.loads(store.encode(account.url_groups)) == source.get("urlGroups", [])
     assert loaded > 100 and rejected > 1000, (loaded, rejected)
+
+
+def test_an_account_is_found_by_one_lookup_whatever_their_number() -> None:
+    accounts = tuple(store.Account(hashlib.sha256(b"token-%d" % i).digest()) for i in range(10000))
+    found = store.Store(accounts)
+
+    class NoScan(tuple):  # type: ignore[type-arg]
+        def __iter__(self) -> Any:
+            raise AssertionError("find() walked the accounts")
+
+    object.__setattr__(found, "accounts", NoScan(accounts))
+    for i in (0, 4321, 9999):
+        assert found.find(b"token-%d" % i) is accounts[i]
+    for unknown in (b"token-10000", b"token-", b"", b"x" * 5000):
+        assert found.find(unknown) is None
+
+
+def test_an_item_is_found_by_its_name() -> None:
+    loaded = store.parse(json.dumps({"queues": [Q, dict(Q, name="r")], "urlGroups": [G]}).encode(), "d", "t")
+    account = loaded.accounts[0]
+    assert account.item("queues", "r") is account.queues[1]
+    assert account.item("url_groups", "g") is account.url_groups[0]
+    assert account.item("queues", "g") is None and account.item("url_groups", "q") is None

@@ -1,0 +1,167 @@
+"""One URL group or queue by name: GET /v2/topics/{urlGroupName} and GET /v2/queues/{queueName}."""
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+from helpers import ALPHA_GROUP, ALPHA_QUEUE, BETA_QUEUE, TOKEN_A, TOKEN_B, accounts_document, bearer, call, service
+from helpers import write_json
+
+NOT_FOUND = {"error": "not found: this read-only server answers GET /v2/topics, /v2/topics/<name>, "
+                      "/v2/queues and /v2/queues/<name>"}
+ODD_NAMES = ["my queue", "a/b", "100%", "ünï", "x+y", "?q"]
+BIG_GROUP = dict(ALPHA_GROUP, name="big", endpoints=[{"url": "https://h%d.example.com/hook" % i} for i in range(60)])
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> "service.DataFile[service.Snapshot]":
+    document = accounts_document()
+    account = document["accounts"][0]
+    account["queues"] += [dict(ALPHA_QUEUE, name=name) for name in ODD_NAMES]
+    account["urlGroups"].append(BIG_GROUP)
+    return service.open_data(str(write_json(tmp_path / "data.json", document)), None)
+
+
+@pytest.fixture
+def app(data: "service.DataFile[service.Snapshot]") -> Any:
+    return service.create_app(data, access_log=False)
+
+
+def utf8(text: str) -> str:
+    """The PEP 3333 form of a decoded path: its UTF-8 bytes as latin-1 characters."""
+    return text.encode().decode("latin-1")
+
+
+def no_such(noun: str, name: str) -> Dict[str, str]:
+    return {"error": "not found: no %s named %s" % (noun, json.dumps(name))}
+
+
+# PATH_INFO (as the server decoded it), the raw request URI or None, the token, and the answer:
+# a status and the item (200) or error body expected.
+CASES: List[Any] = [
+    ("/v2/topics/orders", None, TOKEN_A, 200, ALPHA_GROUP),
+    ("/v2/queues/emails", None, TOKEN_A, 200, ALPHA_QUEUE),
+    ("/v2/queues/reports", None, TOKEN_B, 200, dict(BETA_QUEUE, paused=False)),  # "paused" always there
+    ("/v2/queues/emails/", None, TOKEN_A, 200, ALPHA_QUEUE),  # a trailing slash, as on the lists
+    ("/v2/queues/emails/", "/v2/queues/emails/", TOKEN_A, 200, ALPHA_QUEUE),
+    # The name is one segment, percent-decoded once
+    ("/v2/queues/my queue", "/v2/queues/my%20queue", TOKEN_A, 200, dict(ALPHA_QUEUE, name="my queue")),
+    ("/v2/queues/a/b", "/v2/queues/a%2Fb", TOKEN_A, 200, dict(ALPHA_QUEUE, name="a/b")),
+    ("/v2/queues/a/b", "/v2/queues/a%2fb?x=1", TOKEN_A, 200, dict(ALPHA_QUEUE, name="a/b")),
+    ("/v2/queues/a/b/", "/v2/queues/a%2Fb/", TOKEN_A, 200, dict(ALPHA_QUEUE, name="a/b")),
+    ("/v2/queues/100%", "/v2/queues/100%25", TOKEN_A, 200, dict(ALPHA_QUEUE, name="100%")),
+    ("/v2/queues/100%25", "/v2/queues/100%2525", TOKEN_A, 404, no_such("queue", "100%25")),  # once only
+    (utf8("/v2/queues/ünï"), "/v2/queues/%C3%BCn%C3%AF", TOKEN_A, 200, dict(ALPHA_QUEUE, name="ünï")),
+    ("/v2/queues/x+y", "/v2/queues/x+y", TOKEN_A, 200, dict(ALPHA_QUEUE, name="x+y")),  # "+" is "+" in a path
+    ("/v2/queues/?q", "/v2/queues/%3Fq", TOKEN_A, 200, dict(ALPHA_QUEUE, name="?q")),
+    # Without the raw URI an escaped slash cannot be told from a separator
+    ("/v2/queues/a/b", None, TOKEN_A, 404, NOT_FOUND),
+    ("/v2/queues/a/b", "/v2/queues/a/b", TOKEN_A, 404, NOT_FOUND),
+    # Deeper, empty, or unknown
+    ("/v2/queues/emails/extra", None, TOKEN_A, 404, NOT_FOUND),
+    ("/v2/queues/emails/pause", "/v2/queues/emails/pause", TOKEN_A, 404, NOT_FOUND),
+    ("/v2/topics/orders/endpoints", None, TOKEN_A, 404, NOT_FOUND),
+    ("/v2/queues//emails", "/v2/queues//emails", TOKEN_A, 404, NOT_FOUND),
+    ("/v2/queues//", "/v2/queues//", TOKEN_A, 404, NOT_FOUND),
+    ("/v2/messages/abc", None, TOKEN_A, 404, NOT_FOUND),
+    # Missing, in this account or in all
+    ("/v2/queues/nothere", None, TOKEN_A, 404, no_such("queue", "nothere")),
+    ("/v2/topics/nothere", None, TOKEN_A, 404, no_such("URL group", "nothere")),
+    ("/v2/queues/reports", None, TOKEN_A, 404, no_such("queue", "reports")),  # only in account B
+    ("/v2/topics/orders", None, TOKEN_B, 404, no_such("URL group", "orders")),  # only in account A
+    ("/v2/queues/\xff", None, TOKEN_A, 404, no_such("queue", "\\xff")),  # not UTF-8: names nothing
+    # Auth comes first: the same 401 whatever the name
+    ("/v2/queues/emails", None, None, 401, None),
+    ("/v2/queues/nothere", None, None, 401, None),
+    ("/v2/queues/emails", None, "wrong", 401, None),
+    ("/v2/queues/nothere", None, "wrong", 401, None),
+]
+
+
+@pytest.mark.parametrize("path_info, raw_uri, token, status, expected", CASES)
+def test_item_paths(app: Any, path_info: str, raw_uri: Optional[str], token: Optional[str], status: int,
+                    expected: Any) -> None:
+    environ = {} if raw_uri is None else {"REQUEST_URI": raw_uri}
+    response = call(app, path_info, headers=bearer(token) if token else {}, **environ)
+    assert response.status == status
+    assert response.headers["Content-Type"] == "application/json"
+    assert response.headers["Content-Length"] == str(len(response.body))
+    if status == 401:
+        lists = call(app, "/v2/queues", headers=bearer(token) if token else {})
+        assert (response.headers, response.body) == (lists.headers, lists.body)
+    else:
+        assert response.json() == expected
+
+
+def test_gunicorns_raw_uri_serves_too(app: Any) -> None:
+    response = call(app, "/v2/queues/a/b", headers=bearer(TOKEN_A), RAW_URI="/v2/queues/a%2Fb")
+    assert response.json() == dict(ALPHA_QUEUE, name="a/b")
+
+
+def test_mounted_under_a_prefix(app: Any) -> None:
+    response = call(app, "/v2/queues/a/b", headers=bearer(TOKEN_A), SCRIPT_NAME="/qstash",
+                    REQUEST_URI="/qstash/v2/queues/a%2Fb")
+    assert response.json() == dict(ALPHA_QUEUE, name="a/b")
+
+
+@pytest.mark.parametrize("path", ["/v2/topics", "/v2/queues"])
+def test_an_item_is_exactly_its_element_of_the_list(app: Any, path: str) -> None:
+    listed = call(app, path, headers=bearer(TOKEN_A)).json()
+    for element in listed:
+        name = element["name"]
+        raw = "%s/%s" % (path, "".join("%%%02X" % byte for byte in name.encode()))
+        response = call(app, utf8("%s/%s" % (path, name)), headers=bearer(TOKEN_A), REQUEST_URI=raw)
+        assert response.body == json.dumps(element, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def test_another_accounts_name_answers_like_no_name_at_all(app: Any) -> None:
+    theirs = call(app, "/v2/queues/reports", headers=bearer(TOKEN_A))  # exists in account B
+    nowhere = call(app, "/v2/queues/reparts", headers=bearer(TOKEN_A))  # exists nowhere; same length
+    assert (theirs.status, theirs.headers) == (nowhere.status, nowhere.headers)
+    assert theirs.body.replace(b"reports", b"reparts") == nowhere.body
+
+
+@pytest.mark.parametrize("path", ["/v2/topics/orders", "/v2/queues/emails", "/v2/queues/nothere", "/v2/queues/a/b"])
+def test_head_is_get_without_the_body(app: Any, path: str) -> None:
+    get = call(app, path, headers=bearer(TOKEN_A))
+    head = call(app, path, method="HEAD", headers=bearer(TOKEN_A))
+    assert (head.status, head.headers, head.body) == (get.status, get.headers, b"")
+
+
+def test_etag_and_if_none_match(app: Any) -> None:
+    first = call(app, "/v2/queues/emails", headers=bearer(TOKEN_A))
+    etag = first.headers["ETag"]
+    assert first.headers["Cache-Control"] == "no-cache"
+    again = call(app, "/v2/queues/emails", headers=dict(bearer(TOKEN_A), **{"If-None-Match": etag}))
+    assert (again.status, again.body, again.headers["ETag"]) == (304, b"", etag)
+    other = call(app, "/v2/queues/my queue", headers=dict(bearer(TOKEN_A), **{"If-None-Match": etag}))
+    assert other.status == 200 and other.headers["ETag"] != etag
+    stranger = call(app, "/v2/queues/emails", headers={"If-None-Match": etag})
+    assert stranger.status == 401  # auth before the conditional
+
+
+def test_gzip_when_asked_and_large_enough(app: Any) -> None:
+    plain = call(app, "/v2/topics/big", headers=bearer(TOKEN_A))
+    packed = call(app, "/v2/topics/big", headers=dict(bearer(TOKEN_A), **{"Accept-Encoding": "gzip"}))
+    assert packed.headers["Content-Encoding"] == "gzip" and packed.headers["Vary"] == "Accept-Encoding"
+    assert gzip.decompress(packed.body) == plain.body
+    assert json.loads(plain.body) == BIG_GROUP
+    small = call(app, "/v2/queues/emails", headers=dict(bearer(TOKEN_A), **{"Accept-Encoding": "gzip"}))
+    assert "Content-Encoding" not in small.headers
+
+
+def test_bodies_are_encoded_once_per_snapshot_and_only_for_names_that_exist(
+        app: Any, data: "service.DataFile[service.Snapshot]") -> None:
+    for _ in range(3):
+        call(app, "/v2/queues/emails", headers=bearer(TOKEN_A))
+        call(app, "/v2/queues/nothere", headers=bearer(TOKEN_A))
+        call(app, "/v2/queues/reports", headers=bearer(TOKEN_A))
+    snapshot = data.current()
+    key = (snapshot.store.accounts[0].token_sha256, "/v2/queues", "emails")
+    assert list(snapshot.items) == [key]
+    body = snapshot.items[key]
+    call(app, "/v2/queues/emails", headers=bearer(TOKEN_A))
+    assert snapshot.items[key] is body
