@@ -31,6 +31,7 @@ from urllib.parse import quote, unquote_to_bytes
 import store
 from store import DataError, DataFile, Store
 
+__version__ = "0.2.0"
 __all__ = ["DEV_TOKEN", "HTTPError", "Snapshot", "create_app", "main", "make_app", "open_data"]
 
 Headers = List[Tuple[str, str]]
@@ -214,9 +215,14 @@ class Snapshot:
         return body
 
 
-def open_data(path: str, token: Optional[str], interval: float = 1.0) -> "DataFile[Snapshot]":
-    """Load the data file at ``path`` and keep it fresh; raise DataError if it is bad."""
-    return DataFile(path, lambda p: Snapshot(store.load(p, token)), interval)
+def open_data(path: str, token: Optional[str], interval: float = 1.0, *,
+              fallback: Optional[str] = None) -> "DataFile[Snapshot]":
+    """Load the data file at ``path`` and keep it fresh; raise DataError if it is bad.
+
+    ``token`` is the token of a one-account file (``fallback`` if it is None);
+    see :func:`store.parse`.
+    """
+    return DataFile(path, lambda p: Snapshot(store.load(p, token, fallback)), interval)
 
 
 def create_app(source: "DataFile[Snapshot]", access_log: bool = True) -> WSGIApplication:
@@ -440,19 +446,35 @@ def _configured_token(env: Mapping[str, str]) -> Optional[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, str]] = None) -> int:
-    """Run the command line: serve under waitress, or ``--check`` a data file."""
+    """Run the command line: serve under waitress, ``--check`` a data file, or print ``--example``."""
     env = os.environ if environ is None else environ
-    args = _parser().parse_args(argv)
+    args = _parser(env).parse_args(argv)
+    if args.example:
+        print(json.dumps(store.EXAMPLE, indent=2))
+        return 0
     try:
         token = _configured_token(env)
-        data, dev = _open_cli_data(args.data, token, dev_allowed=args.check or is_loopback(args.host))
+        # The dev token stands in for QSTASH_TOKEN only where no one else can reach the server.
+        fallback = DEV_TOKEN if args.check or is_loopback(args.host) else None
+        data = open_data(args.data, token, fallback=fallback)
+    except store.TokenMissing:
+        return _fail([
+            "%s: holds a single account, and QSTASH_TOKEN is not set" % args.data,
+            "The built-in dev token serves only a loopback address: set QSTASH_TOKEN to serve on others.",
+        ])
     except DataError as exc:
-        return _fail(exc.faults)
+        faults = exc.faults
+        if not os.path.lexists(args.data):
+            faults = ["%s: no such file; to start from the example: %s --example > %s"
+                      % (args.data, _parser(env).prog, args.data)]
+        return _fail(faults)
     if args.check:
         print("%s: OK: %s" % (args.data, data.current().store.summary()))
         return 0
 
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_UTCFormatter("%(asctime)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     try:
         from waitress import create_server
     except ImportError:
@@ -478,29 +500,28 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         signal.signal(signal.SIGHUP, lambda signum, frame: data.refresh(force=True))
 
     urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in _listening(server)]
-    print("qstash-lists serving %s (%s) on %s" % (args.data, data.current().store.summary(), " ".join(urls)))
-    if dev:
-        print("QSTASH_URL=%s" % urls[0])
-        print("QSTASH_TOKEN=%s" % DEV_TOKEN)
+    loaded = data.current().store
+    print("qstash-lists %s serving %s (%s) on %s" % (__version__, args.data, loaded.summary(), " ".join(urls)))
+    print("export QSTASH_URL=%s" % urls[0])
+    if not loaded.single_account:
+        print("# QSTASH_TOKEN: accounts from the data file; use your account's token")
+    elif loaded.fallback_used:
+        print("export QSTASH_TOKEN=%s  # the built-in dev token: QSTASH_TOKEN is not set (loopback only)"
+              % DEV_TOKEN)
+    else:
+        print("# QSTASH_TOKEN: the one set in this server's environment (not shown)")
     sys.stdout.flush()
     server.run()
     return 0
 
 
-def _open_cli_data(path: str, token: Optional[str], dev_allowed: bool) -> Tuple["DataFile[Snapshot]", bool]:
-    """Open the data file; a one-account file without QSTASH_TOKEN gets the dev token if allowed.
+class _UTCFormatter(logging.Formatter):
+    """Log lines that start with an ISO 8601 UTC timestamp: 2026-11-23T18:41:39.123Z."""
 
-    Return the data and whether the dev token is in use.
-    """
-    try:
-        return open_data(path, token), False
-    except store.TokenMissing:
-        if not dev_allowed:
-            raise DataError([
-                "%s: holds a single account, and QSTASH_TOKEN is not set" % path,
-                "The built-in dev token serves only a loopback address: set QSTASH_TOKEN to serve on others.",
-            ]) from None
-    return open_data(path, DEV_TOKEN), True
+    converter = time.gmtime
+
+    def formatTime(self, record: logging.LogRecord, datefmt: Optional[str] = None) -> str:  # noqa: N802
+        return "%s.%03dZ" % (time.strftime("%Y-%m-%dT%H:%M:%S", self.converter(record.created)), record.msecs)
 
 
 def _listening(server: Any) -> List[Tuple[str, int]]:
@@ -509,18 +530,26 @@ def _listening(server: Any) -> List[Tuple[str, int]]:
     return [(server.effective_host, server.effective_port)]
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
     parser = argparse.ArgumentParser(
-        prog="qstash-lists",
-        description="Serve QStash's GET /v2/topics and GET /v2/queues from a JSON data file.",
+        prog="python " + script if script.endswith(".py") else "qstash-lists",
+        description="Serve QStash's URL groups and queues (GET /v2/topics, /v2/queues and one of each "
+                    "by name) from a JSON data file.",
+        epilog="environment: QSTASH_TOKEN, the token of a one-account data file (without it, on "
+               "loopback, the dev token that 'qstash dev' documents); QSTASH_LISTS_DATA, the "
+               "default for --data.  Nothing else is read.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     parser.add_argument("--port", type=port, default=8080, help="port; 0 picks a free one (default: %(default)s)")
-    parser.add_argument("--data", default="data.json", help="the data file (default: %(default)s)")
+    parser.add_argument("--data", default=env.get("QSTASH_LISTS_DATA", "data.json"),
+                        help="the data file (default: $QSTASH_LISTS_DATA, else data.json; now %(default)s)")
     parser.add_argument("--threads", type=count, default=DEFAULT_THREADS,
                         help="waitress worker threads (default: %(default)s)")
-    parser.add_argument("--quiet", action="store_true", help="no access log")
+    parser.add_argument("--quiet", action="store_true", help="no access log (default: log each request)")
     parser.add_argument("--check", action="store_true", help="validate the data file, print a summary and exit")
+    parser.add_argument("--example", action="store_true", help="print an example data file and exit")
+    parser.add_argument("--version", action="version", version="%(prog)s " + __version__)
     return parser
 
 

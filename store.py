@@ -40,6 +40,24 @@ __all__ = [
 
 logger = logging.getLogger("qstash_lists")
 
+#: The shipped data.json (``python app.py --example`` prints it): a starter file of one account.
+EXAMPLE: Dict[str, Any] = {
+    "urlGroups": [
+        {"createdAt": 1700000000000, "updatedAt": 1700000500000, "name": "orders", "endpoints": [
+            {"name": "billing", "url": "https://billing.example.com/hooks/orders"},
+            {"name": "shipping", "url": "https://shipping.example.com/hooks/orders"},
+        ]},
+        {"createdAt": 1700001000000, "updatedAt": 1700001000000, "name": "signups", "endpoints": [
+            {"url": "https://crm.example.com/webhooks/signup"},
+        ]},
+    ],
+    "queues": [
+        {"createdAt": 1700000000000, "updatedAt": 1700000000000, "name": "emails",
+         "parallelism": 2, "lag": 0, "paused": False},
+        {"createdAt": 1700002000000, "updatedAt": 1700003000000, "name": "reports",
+         "parallelism": 1, "lag": 12, "paused": True},
+    ],
+}
 #: The largest integer a JavaScript client reads back exactly.
 MAX_SAFE_INTEGER = 2**53 - 1
 #: How many faults one report lists before it stops counting them out.
@@ -152,6 +170,10 @@ class Store:
     """Every account of one loaded data file, found by the SHA-256 digest of its token."""
 
     accounts: Tuple[Account, ...]
+    #: The file holds one account ({"urlGroups": ..., "queues": ...}), not a list of accounts.
+    single_account: bool = False
+    #: ... and is served with the fallback token because no token was given (see parse).
+    fallback_used: bool = False
     by_digest: Mapping[bytes, Account] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -187,22 +209,27 @@ def check_token(token: str) -> Optional[str]:
     return None
 
 
-def load(path: str, token: Optional[str]) -> Store:
+def load(path: str, token: Optional[str], fallback: Optional[str] = None) -> Store:
     """Load and validate the data file at ``path``; raise DataError on any fault.
 
-    ``token`` is the token of a file in the one-account form; a file that lists
-    its accounts names their tokens itself.
+    ``token`` is the token of a file in the one-account form (``fallback`` when
+    ``token`` is None); a file that lists its accounts names their tokens itself.
     """
     try:
         with open(path, "rb") as file:
             raw = file.read()
     except OSError as exc:
         raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
-    return parse(raw, path, token)
+    return parse(raw, path, token, fallback)
 
 
-def parse(raw: bytes, source: str, token: Optional[str]) -> Store:
-    """Validate the JSON document ``raw``; ``source`` names it in fault messages."""
+def parse(raw: bytes, source: str, token: Optional[str], fallback: Optional[str] = None) -> Store:
+    """Validate the JSON document ``raw``; ``source`` names it in fault messages.
+
+    The file's form is decided by this one parse: a one-account file gets
+    ``token``, or ``fallback`` if ``token`` is None (the store then says so in
+    ``fallback_used``), or raises TokenMissing if both are None.
+    """
     try:
         text = raw.decode("utf-8-sig")  # an editor's byte-order mark is harmless
     except UnicodeDecodeError as exc:
@@ -215,12 +242,13 @@ def parse(raw: bytes, source: str, token: Optional[str]) -> Store:
     except RecursionError:
         raise DataError(["%s: invalid JSON: nested too deeply" % source]) from None
     checker = _Checker()
-    accounts = checker.document(document, token)
+    accounts = checker.document(document, fallback if token is None else token)
     if checker.faults:
         raise DataError(checker.report(source))
-    if checker.single_account and token is None:
+    fallback_used = checker.single_account and token is None
+    if fallback_used and fallback is None:
         raise TokenMissing(["%s: holds a single account, and no token was given for it" % source])
-    return Store(accounts)
+    return Store(accounts, checker.single_account, fallback_used)
 
 
 _QUEUE_FIELDS = itemgetter("createdAt", "updatedAt", "name", "parallelism", "lag")

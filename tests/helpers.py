@@ -156,9 +156,7 @@ def serving(data: Path, *args: str, env: Optional[Dict[str, str]] = None) -> Ite
         if not match:
             proc.kill()
             raise AssertionError("server did not start: %r %r" % (first, proc.communicate()))
-        banner = [first]
-        if "QSTASH_TOKEN" not in (env or {}) and "accounts" not in data.read_text():
-            banner += [proc.stdout.readline(), proc.stdout.readline()]  # type: ignore[union-attr]
+        banner = [first, proc.stdout.readline(), proc.stdout.readline()]  # type: ignore[union-attr]
         server = Server(proc, match.group(1), banner)
         yield server
     finally:

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import List
 import pytest
 
 import app as service
-from helpers import ALPHA_QUEUE, TOKEN_A, TOKEN_B, accounts_document, eventually, run, serving, write_json
+from helpers import ROOT, ALPHA_QUEUE, TOKEN_A, TOKEN_B, accounts_document, eventually, run, serving, write_json
 
 SINGLE = {"queues": [ALPHA_QUEUE]}
 
@@ -30,7 +31,8 @@ def test_serves_accounts_over_http_and_stops_cleanly(data_path: Path) -> None:
         assert int(headers["Content-Length"]) > 0
         code, out, err = server.stop()
     assert code == 0
-    assert "QSTASH_TOKEN" not in "".join(server.banner) + out  # the dev token is no use here
+    assert server.banner[1:] == ["export QSTASH_URL=%s\n" % server.url,
+                                 "# QSTASH_TOKEN: accounts from the data file; use your account's token\n"]
     assert "Traceback" not in err
     assert TOKEN_A not in err and TOKEN_B not in err
     assert '"GET /v2/queues?qstash_token=[redacted]" 200' in err
@@ -38,8 +40,8 @@ def test_serves_accounts_over_http_and_stops_cleanly(data_path: Path) -> None:
 
 def test_default_dev_token_on_loopback_is_printed(tmp_path: Path) -> None:
     with serving(write_json(tmp_path / "one.json", SINGLE)) as server:
-        assert server.banner[1] == "QSTASH_URL=%s\n" % server.url
-        assert server.banner[2] == "QSTASH_TOKEN=%s\n" % service.DEV_TOKEN
+        assert server.banner[1] == "export QSTASH_URL=%s\n" % server.url
+        assert server.banner[2].startswith("export QSTASH_TOKEN=%s  # the built-in dev token" % service.DEV_TOKEN)
         status, _, body = server.get("/v2/queues", {"Authorization": "Bearer " + service.DEV_TOKEN})
         assert (status, json.loads(body)) == (200, [ALPHA_QUEUE])
         assert server.stop()[0] == 0
@@ -53,6 +55,7 @@ def test_a_configured_token_is_used_and_never_printed(tmp_path: Path) -> None:
         code, out, err = server.stop()
     out = "".join(server.banner) + out
     assert code == 0
+    assert server.banner[2] == "# QSTASH_TOKEN: the one set in this server's environment (not shown)\n"
     assert "s3cret-token" not in out + err
     assert '"GET /v2/queues' not in err  # --quiet: no access log
     assert "Traceback" not in err
@@ -139,3 +142,42 @@ def test_a_bad_qstash_token_is_refused(data_path: Path) -> None:
     proc = run(["--port", "0", "--data", str(data_path)], env={"QSTASH_TOKEN": "has space"})
     _, err = proc.communicate(timeout=30)
     assert (proc.returncode, err) == (2, "QSTASH_TOKEN: expected a token of visible ASCII characters, with no spaces\n")
+
+
+def test_version_help_and_example(tmp_path: Path) -> None:
+    proc = run(["--version"])
+    out, _ = proc.communicate(timeout=30)
+    assert (proc.returncode, out) == (0, "python app.py %s\n" % service.__version__)
+    proc = run(["--help"])
+    out, _ = proc.communicate(timeout=30)
+    for name in ["QSTASH_TOKEN", "QSTASH_LISTS_DATA", "(default: 127.0.0.1)", "(default: 8080)", "(default: 8)"]:
+        assert name in out
+    proc = run(["--example"])
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    assert out == (ROOT / "data.json").read_text()  # the shipped data.json is the example
+    (tmp_path / "d.json").write_text(out)
+    proc = run(["--check", "--data", str(tmp_path / "d.json")])
+    assert proc.communicate(timeout=30)[0].endswith(": OK: 1 account, 2 URL groups, 2 queues\n")
+
+
+def test_a_missing_data_file_says_how_to_start(tmp_path: Path) -> None:
+    missing = tmp_path / "data.json"
+    proc = run(["--port", "0", "--data", str(missing)])
+    out, err = proc.communicate(timeout=30)
+    assert (proc.returncode, out) == (2, "")
+    assert err == "%s: no such file; to start from the example: python app.py --example > %s\n" % (missing, missing)
+
+
+def test_the_data_file_can_come_from_the_environment(data_path: Path) -> None:
+    proc = run(["--check"], env={"QSTASH_LISTS_DATA": str(data_path)})
+    out, _ = proc.communicate(timeout=30)
+    assert (proc.returncode, out) == (0, "%s: OK: 3 accounts, 1 URL group, 2 queues\n" % data_path)
+
+
+def test_log_lines_start_with_an_iso_8601_utc_timestamp(data_path: Path) -> None:
+    with serving(data_path) as server:
+        server.get("/v2/queues/emails", {"Authorization": "Bearer " + TOKEN_A})
+        _, _, err = server.stop()
+    line = next(line for line in err.splitlines() if '"GET /v2/queues/emails"' in line)
+    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z 127\.0\.0\.1 \"GET /v2/queues/emails\" 200 ", line), line
