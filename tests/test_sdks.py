@@ -1,0 +1,116 @@
+"""The official SDKs against the real server: list() and get() of both kinds, as their users call them.
+
+The SDKs are not the project's dependencies.  .ci/run installs them in a scratch
+folder and names them here: QSTASH_LISTS_SDK_PYTHON, an interpreter with
+``qstash``; QSTASH_LISTS_SDK_JS, a node_modules folder with ``@upstash/qstash``.
+Without them these tests are skipped, saying which is missing.
+"""
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from helpers import ALPHA_GROUP, ALPHA_QUEUE, BETA_QUEUE, ROOT, TOKEN_A, TOKEN_B, Server, serving, write_json
+
+HERE = Path(__file__).resolve().parent
+SDK_PYTHON = os.environ.get("QSTASH_LISTS_SDK_PYTHON", "")
+SDK_JS = os.environ.get("QSTASH_LISTS_SDK_JS", "")
+needs_python_sdk = pytest.mark.skipif(not SDK_PYTHON, reason="QSTASH_LISTS_SDK_PYTHON is not set (.ci/run sets it)")
+needs_js_sdk = pytest.mark.skipif(not SDK_JS, reason="QSTASH_LISTS_SDK_JS is not set (.ci/run sets it)")
+MISSING = "not found: no %s named \\\"%s\\\""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: Any) -> Any:
+    document = {"accounts": [
+        {"token": TOKEN_A, "urlGroups": [ALPHA_GROUP], "queues": [ALPHA_QUEUE]},
+        {"token": TOKEN_B, "urlGroups": [dict(ALPHA_GROUP, name="invoices")], "queues": [BETA_QUEUE]},
+    ]}
+    with serving(write_json(tmp_path_factory.mktemp("sdk") / "data.json", document), "--quiet") as running:
+        yield running
+
+
+def sdk(command: List[str], server: Server, token: str, group: str, queue: str) -> Dict[str, Any]:
+    env = dict(os.environ, QSTASH_URL=server.url, QSTASH_TOKEN=token)
+    done = subprocess.run(command + [group, queue], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    result: Dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def snake(item: Dict[str, Any]) -> Dict[str, Any]:
+    """What the Python SDK's dataclasses hold for an API object."""
+    names = {"createdAt": "created_at", "updatedAt": "updated_at"}
+    out = {names.get(key, key): value for key, value in item.items()}
+    if "endpoints" in out:
+        out["endpoints"] = [{"url": e["url"], "name": e.get("name")} for e in out["endpoints"]]
+    return out
+
+
+@needs_python_sdk
+def test_python_sdk(server: Server) -> None:
+    command = [SDK_PYTHON, str(HERE / "sdk" / "sdk_check.py")]
+    mine = sdk(command, server, TOKEN_A, "orders", "emails")
+    assert mine == {"url_groups": [snake(ALPHA_GROUP)], "queues": [snake(ALPHA_QUEUE)],
+                    "url_group": snake(ALPHA_GROUP), "queue": snake(ALPHA_QUEUE)}
+    for group, queue in [("nothere", "nothere"), ("invoices", "reports")]:  # nowhere; only in account B
+        result = sdk(command, server, TOKEN_A, group, queue)
+        assert result["url_group"]["raised"].startswith("Request failed with status: 404, body: ")
+        assert MISSING % ("URL group", group) in result["url_group"]["raised"]
+        assert MISSING % ("queue", queue) in result["queue"]["raised"]
+    theirs = sdk(command, server, TOKEN_B, "invoices", "reports")
+    assert theirs["queue"] == snake(dict(BETA_QUEUE, paused=False))
+    assert theirs["url_group"]["name"] == "invoices"
+    stranger = sdk(command, server, "wrong", "orders", "emails")
+    assert all("status: 401" in stranger[key]["raised"] for key in stranger)
+
+
+@needs_js_sdk
+def test_js_sdk(server: Server) -> None:
+    command = ["node", str(HERE / "sdk" / "sdk_check.mjs")]
+    mine = sdk(command, server, TOKEN_A, "orders", "emails")
+    assert mine == {"url_groups": [ALPHA_GROUP], "queues": [ALPHA_QUEUE], "url_group": ALPHA_GROUP,
+                    "queue": ALPHA_QUEUE}
+    for group, queue in [("nothere", "nothere"), ("invoices", "reports")]:
+        result = sdk(command, server, TOKEN_A, group, queue)
+        assert MISSING % ("URL group", group) in result["url_group"]["raised"]
+        assert MISSING % ("queue", queue) in result["queue"]["raised"]
+        assert result["queue"]["status"] == result["url_group"]["status"] == 404
+    theirs = sdk(command, server, TOKEN_B, "invoices", "reports")
+    assert theirs["queue"] == dict(BETA_QUEUE, paused=False)
+    stranger = sdk(command, server, "wrong", "orders", "emails")
+    assert all(stranger[key]["status"] == 401 for key in stranger)
+
+
+def readme_block(title: str) -> str:
+    """The code block that follows ``title`` in the README."""
+    text = (ROOT / "README.md").read_text()
+    match = re.search(re.escape(title) + r"[^\n]*\n+```\w*\n(.*?)```", text, re.S)
+    assert match, title
+    return match.group(1)
+
+
+@needs_python_sdk
+def test_the_readmes_python_example_runs(server: Server, tmp_path: Path) -> None:
+    script = tmp_path / "example.py"
+    script.write_text(readme_block("Python (`pip install qstash`)"))
+    env = dict(os.environ, QSTASH_URL=server.url, QSTASH_TOKEN=TOKEN_A)
+    done = subprocess.run([SDK_PYTHON, str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "name='orders'" in done.stdout and "name='emails'" in done.stdout
+
+
+@needs_js_sdk
+def test_the_readmes_js_example_runs(server: Server) -> None:
+    # An ES module finds its packages next to itself, so the example runs from the SDK's folder.
+    script = Path(SDK_JS).parent / "example.mjs"
+    script.write_text(readme_block("JavaScript (`npm install @upstash/qstash`), `example.mjs`"))
+    env = dict(os.environ, QSTASH_URL=server.url, QSTASH_TOKEN=TOKEN_A)
+    done = subprocess.run(["node", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "name: 'orders'" in done.stdout and "name: 'emails'" in done.stdout
