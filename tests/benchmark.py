@@ -268,6 +268,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="skip the access log's cost")
     parser.add_argument("--load-queues", type=int, default=100000,
                         help="queues in the file timed against json.load (0: skip)")
+    parser.add_argument("--item-queues", type=int, default=100000,
+                        help="queues in the file for the per-item body memory (0: skip items)")
+    parser.add_argument("--only", choices=["items", "load"], help="run only this part")
     parser.add_argument("--serve-baseline", metavar="RESPONSE", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_baseline:
@@ -285,10 +288,13 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     rows = ["| case | server | requests/s | p50 ms | p99 ms | server CPU µs/request |",
             "|---|---|---|---|---|---|"]
-    summary = []
+    summary: List[str] = []
+    first: List[str] = []  # in-process tables, printed before the table of servers
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
-        for size in args.sizes:
+        if args.item_queues and args.only in (None, "items"):
+            item_rows(tmp, args.rounds, args.item_queues, first, summary)
+        for size in args.sizes if args.only is None else []:
             data = write_data(tmp, size)
             svc = service(data, args.threads)
             try:
@@ -328,7 +334,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     summary.append("revalidation: requests/s 304/200 %.2f" % ratio)
             finally:
                 svc.close()
-        if args.access_log:
+        if args.access_log and args.only is None:
             data = write_data(tmp, 100)
             quiet, loud = service(data, args.threads), service(data, args.threads, quiet=False)
             try:
@@ -339,12 +345,76 @@ def main(argv: Optional[List[str]] = None) -> int:
                 quiet.close()
                 loud.close()
 
-        if args.load_queues:
+        if args.load_queues and args.only in (None, "load"):
             load_rows(write_data(tmp, args.load_queues), args.rounds, rows, summary)
-    print("\n".join(rows))
+    print("\n".join(first + (rows if len(rows) > 2 else [])))
     print()
     print("\n".join(summary))
     return 0
+
+
+def item_rows(tmp: Path, rounds: int, big: int, rows: List[str], summary: List[str]) -> None:
+    """Time one GET of an item against one of the list, in-process, at 10 and 10,000 queues;
+    then the memory that per-item bodies add at ``big`` queues."""
+    from wsgiref.util import setup_testing_defaults
+
+    def timer(wsgi: Any, path: str) -> Callable[[], float]:
+        environ: Dict[str, Any] = {}
+        setup_testing_defaults(environ)
+        environ.update(PATH_INFO=path, QUERY_STRING="", HTTP_AUTHORIZATION=AUTH["Authorization"])
+
+        def start_response(status: str, headers: Any, exc_info: Any = None) -> Any:
+            return None
+
+        def once() -> float:
+            n = 2000
+            started = time.perf_counter()
+            for _ in range(n):
+                for _chunk in wsgi(dict(environ), start_response):
+                    pass
+            return (time.perf_counter() - started) / n * 1e6
+        return once
+
+    rows.append("| in-process, µs per request (median of %d rounds of 2,000) | list | get one item | "
+                "get / list |" % rounds)
+    rows.append("|---|---|---|---|")
+    gets = {}
+    for size in (10, 10000):
+        wsgi = app.create_app(app.open_data(str(write_data(tmp, size)), TOKEN), access_log=False)
+        name = "/v2/queues/queue-%06d" % (size // 2)
+        timers = (timer(wsgi, "/v2/queues"), timer(wsgi, name))
+        samples: List[Tuple[float, float]] = [(timers[0](), timers[1]()) for _ in range(rounds)]
+        listed = statistics.median(t[0] for t in samples)
+        gets[size] = statistics.median(t[1] for t in samples)
+        rows.append("| %d queues | %.2f | %.2f | %.3f |" % (size, listed, gets[size], gets[size] / listed))
+    summary.append("get one item: %.2f µs at 10 queues, %.2f µs at 10,000 (ratio %.2f)"
+                   % (gets[10], gets[10000], gets[10000] / gets[10]))
+    path = write_data(tmp, big)
+    code = """
+import gc, app
+data = app.open_data(%r, 'x')
+snapshot = data.current()
+account = snapshot.store.accounts[0]
+def rss():
+    gc.collect()
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
+before = rss()
+for queue in account.queues:
+    snapshot.item(account, "/v2/queues", queue.name)
+print(before, rss(), len(snapshot.items))
+""" % str(path)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=str(ROOT)).stdout.split()
+    before, after, count = float(out[0]), float(out[1]), int(out[2])
+    rows.append("")
+    rows.append("| %d queues, server memory (RSS, MB) | value |" % big)
+    rows.append("|---|---|")
+    rows.append("| loaded, lists encoded, no item body yet | %.0f |" % before)
+    rows.append("| after every one of the %d items was asked for once | %.0f (+%.0f, %.0f bytes an item) |"
+                % (count, after, after - before, (after - before) * 1024 * 1024 / count))
+    summary.append("per-item bodies at %d queues: RSS %.0f MB before, %.0f MB with every item's body"
+                   % (big, before, after))
 
 
 def load_rows(big: Path, rounds: int, rows: List[str], summary: List[str]) -> None:
