@@ -256,7 +256,8 @@ def create_app(source: "DataFile[Snapshot]", access_log: bool = True) -> WSGIApp
         file_wrapper = environ.get("wsgi.file_wrapper")
         if file_wrapper is None:
             return [data]
-        return file_wrapper(io.BytesIO(data))
+        wrapped: Iterable[bytes] = file_wrapper(io.BytesIO(data))
+        return wrapped
 
     return app
 
@@ -518,10 +519,9 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
 class _UTCFormatter(logging.Formatter):
     """Log lines that start with an ISO 8601 UTC timestamp: 2026-11-23T18:41:39.123Z."""
 
-    converter = time.gmtime
-
     def formatTime(self, record: logging.LogRecord, datefmt: Optional[str] = None) -> str:  # noqa: N802
-        return "%s.%03dZ" % (time.strftime("%Y-%m-%dT%H:%M:%S", self.converter(record.created)), record.msecs)
+        """Return the record's time as 2026-11-23T18:41:39.123Z."""
+        return "%s.%03dZ" % (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)), record.msecs)
 
 
 def _listening(server: Any) -> List[Tuple[str, int]]:

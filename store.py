@@ -295,7 +295,7 @@ class _Checker:
         digest = b"" if token is None else hashlib.sha256(token.encode()).digest()
         return (self.collections(top, "", digest),)
 
-    def each(self, value: Any, where: str, build: Callable[..., Any], seen: Dict[Any, int]) -> tuple:
+    def each(self, value: Any, where: str, build: Callable[..., Any], seen: Dict[Any, int]) -> Tuple[Any, ...]:
         """Build every element of the array ``value``.
 
         An element with a fault becomes None; that is harmless, because a
@@ -411,6 +411,8 @@ class _Checker:
         created, updated = self.times(item, where)
         name = self.name(item["name"], array, i, seen, _GROUP_NAME)
         endpoints = self.each(item["endpoints"], _at(where, "endpoints"), self.endpoint, {})
+        if created is None or updated is None:
+            return None  # the fault is noted; the whole document will be refused
         return UrlGroup(created, updated, name, endpoints)
 
     def endpoint(self, value: Any, array: str, i: int, seen: Dict[str, int]) -> Optional[Endpoint]:
@@ -461,6 +463,8 @@ class _Checker:
         paused = item.get("paused", False)
         if type(paused) is not bool:
             self.fault(_at(where, "paused"), "expected true or false, got %s" % _show(paused))
+        if created is None or updated is None or parallelism is None or lag is None:
+            return None  # the fault is noted; the whole document will be refused
         return Queue(created, updated, name, parallelism, lag, paused)
 
 
@@ -496,7 +500,7 @@ def _is_http_url(value: Any) -> bool:
         return False
     try:
         parts = urlsplit(value)
-        parts.port  # raises ValueError on a port that is not a number
+        _ = parts.port  # raises ValueError on a port that is not a number
     except ValueError:
         return False
     return parts.scheme in ("http", "https") and bool(parts.hostname)

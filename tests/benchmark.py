@@ -112,7 +112,8 @@ def serve_baseline(response_path: str, threads: int) -> None:
         start_response("200 OK", list(headers))
         wrapper = environ.get("wsgi.file_wrapper")
         if wrapper is not None and len(body) >= app.FILE_WRAPPER_MIN:
-            return wrapper(io.BytesIO(body))
+            wrapped: Iterable[bytes] = wrapper(io.BytesIO(body))
+            return wrapped
         return [body]
 
     server = create_server(bare, host="127.0.0.1", port=0, threads=threads, **app.WAITRESS_SETTINGS)
@@ -327,7 +328,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     summary.append("gzip: %d of %d bytes on the wire (1/%.1f, target <= 1/8); "
                                    "requests/s gzip/identity %.2f (target >= 1.5)"
                                    % (len(gz_body), len(body), len(body) / len(gz_body), ratio))
-                    cond = dict(AUTH, **{"If-None-Match": header(headers, "etag")})
+                    cond = dict(AUTH, **{"If-None-Match": header(headers, "etag") or ""})
                     assert fetch(url, cond)[0] == 304
                     ratio, _ = compare("10000 queues, If-None-Match", drive(svc, cond), drive(svc, AUTH),
                                        args.rounds, rows, "304", "200")

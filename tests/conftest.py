@@ -4,8 +4,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import accounts_document, write_json
 
-from helpers import accounts_document, service, write_json
+import app as service
 
 
 @pytest.fixture

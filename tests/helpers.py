@@ -17,11 +17,7 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 from wsgiref.util import setup_testing_defaults
 from wsgiref.validate import validator
 
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import app as service  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent  # the checkout; pytest puts it on sys.path (pyproject.toml)
 
 TOKEN_A = "token-a"
 TOKEN_B = "token-b"
@@ -89,11 +85,11 @@ def call(app: Any, path: str = "/v2/queues", method: str = "GET", query: str = "
         started[:] = [status, response_headers]
         return lambda data: None
 
-    body = validator(app)(env, start_response)
+    body = validator(app)(env, start_response)  # an iterator with close(), as PEP 3333 asks
     try:
         data = b"".join(body)
     finally:
-        body.close()
+        body.close()  # type: ignore[attr-defined]
     status, response_headers = started
     names = [name.lower() for name, _ in response_headers]
     assert len(names) == len(set(names)), "repeated header: %r" % response_headers

@@ -174,7 +174,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             warm = Tally()
             client(port, time.monotonic() + 3, warm, 0)  # warm up, then take the first reading
             rss_start = rss_kb(proc.pid)
-            tally, log = Tally(), []
+            tally = Tally()
+            log: List[str] = []
             deadline = time.monotonic() + args.seconds
             threads = [threading.Thread(target=client, args=(port, deadline, tally, i + 1))
                        for i in range(args.connections)]
@@ -192,8 +193,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             proc.terminate()
             _, err = proc.communicate(timeout=30)
         latencies = sorted(tally.latencies)
+        changes = "; ".join(log[:4]) + (" ..." if len(log) > 4 else "")
         print("soak: %.0f s, %d connections, a data-file change every %g s (%d changes: %s)" % (
-            elapsed, args.connections, args.reload_every, len(log), "; ".join(log[:4]) + (" ..." if len(log) > 4 else "")))
+            elapsed, args.connections, args.reload_every, len(log), changes))
         print("requests served: %d (%.0f/s)" % (tally.served, tally.served / elapsed))
         print("errors: %d%s" % (len(tally.errors), (" e.g. " + "; ".join(tally.errors[:3])) if tally.errors else ""))
         print("latency: p50 %.2f ms, p99 %.2f ms, max %.2f ms" % (
@@ -207,8 +209,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                       rss_start / 1024, rss_end / 1024, " ".join("%.1f" % (kb / 1024) for kb in samples),
                       (max(samples[half:]) - max(samples[:half])) * 100 / max(samples[:half]) if half else 0.0,
                       "flat" if flat else "GROWING"))
-        print("server exit status after SIGTERM: %d; tracebacks in its log: %d; reloads: %d; bad versions kept out: %d" % (
-            proc.returncode, err.count("Traceback"), err.count(": reloaded"), err.count("keeping the last good version")))
+        print("server exit status after SIGTERM: %d; tracebacks in its log: %d; reloads: %d; "
+              "bad versions kept out: %d" % (proc.returncode, err.count("Traceback"), err.count(": reloaded"),
+                                             err.count("keeping the last good version")))
         ok = not tally.errors and proc.returncode == 0 and "Traceback" not in err and flat
         print("result: %s" % ("OK" if ok else "FAILED"))
         return 0 if ok else 1

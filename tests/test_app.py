@@ -5,11 +5,19 @@ import logging
 from typing import Any
 
 import pytest
+from helpers import (
+    ALPHA_GROUP,
+    ALPHA_QUEUE,
+    BETA_QUEUE,
+    TOKEN_A,
+    TOKEN_B,
+    TOKEN_C,
+    bearer,
+    call,
+    write_json,
+)
 
 import app as service
-from helpers import (
-    ALPHA_GROUP, ALPHA_QUEUE, BETA_QUEUE, TOKEN_A, TOKEN_B, TOKEN_C, bearer, call, write_json,
-)
 
 UNAUTHORIZED = {
     "error": "unauthorized: send your QStash token as 'Authorization: Bearer <token>' "
@@ -186,7 +194,7 @@ class Broken:
 
 
 def test_an_exception_becomes_a_generic_500(caplog: Any) -> None:
-    app = service.create_app(Broken(), access_log=False)
+    app = service.create_app(Broken(), access_log=False)  # type: ignore[arg-type]
     with caplog.at_level(logging.ERROR, "qstash_lists"):
         response = call(app, "/v2/queues", headers=bearer(TOKEN_A))
     assert response.status == 500
@@ -304,8 +312,8 @@ def test_large_bodies_go_through_the_file_wrapper(big_app: Any) -> None:
         used.append(file)
         return FileWrapper(file, block_size)
 
-    big = call(big_app, headers=bearer(TOKEN_A), **{"wsgi.file_wrapper": wrapper})
+    big = call(big_app, headers=bearer(TOKEN_A), **{"wsgi.file_wrapper": wrapper})  # type: ignore[arg-type]
     assert len(used) == 1 and len(big.body) >= service.FILE_WRAPPER_MIN
     assert len(big.json()) == 2000
-    small = call(big_app, headers=bearer(TOKEN_B), **{"wsgi.file_wrapper": wrapper})
+    small = call(big_app, headers=bearer(TOKEN_B), **{"wsgi.file_wrapper": wrapper})  # type: ignore[arg-type]
     assert len(used) == 1 and small.json() == [dict(BETA_QUEUE, paused=False)]

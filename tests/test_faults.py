@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any, Dict, List, Set
 
 from helpers import (
-    ALPHA_QUEUE, Q_TEMPLATE, ROOT, TOKEN_A, TOKEN_B, accounts_document, serving, write_json,
+    ALPHA_QUEUE,
+    Q_TEMPLATE,
+    ROOT,
+    TOKEN_A,
+    TOKEN_B,
+    accounts_document,
+    serving,
+    write_json,
 )
 
 REQUEST = b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n"

@@ -6,9 +6,20 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
+from helpers import (
+    ALPHA_GROUP,
+    ALPHA_QUEUE,
+    BETA_QUEUE,
+    TOKEN_A,
+    TOKEN_B,
+    accounts_document,
+    bearer,
+    call,
+    write_json,
+)
 
-from helpers import ALPHA_GROUP, ALPHA_QUEUE, BETA_QUEUE, TOKEN_A, TOKEN_B, accounts_document, bearer, call, service
-from helpers import write_json
+import app as service
+from store import DataFile
 
 NOT_FOUND = {"error": "not found: this read-only server answers GET /v2/topics, /v2/topics/<name>, "
                       "/v2/queues and /v2/queues/<name>"}
@@ -17,7 +28,7 @@ BIG_GROUP = dict(ALPHA_GROUP, name="big", endpoints=[{"url": "https://h%d.exampl
 
 
 @pytest.fixture
-def data(tmp_path: Path) -> "service.DataFile[service.Snapshot]":
+def data(tmp_path: Path) -> "DataFile[service.Snapshot]":
     document = accounts_document()
     account = document["accounts"][0]
     account["queues"] += [dict(ALPHA_QUEUE, name=name) for name in ODD_NAMES]
@@ -26,7 +37,7 @@ def data(tmp_path: Path) -> "service.DataFile[service.Snapshot]":
 
 
 @pytest.fixture
-def app(data: "service.DataFile[service.Snapshot]") -> Any:
+def app(data: "DataFile[service.Snapshot]") -> Any:
     return service.create_app(data, access_log=False)
 
 
@@ -154,7 +165,7 @@ def test_gzip_when_asked_and_large_enough(app: Any) -> None:
 
 
 def test_bodies_are_encoded_once_per_snapshot_and_only_for_names_that_exist(
-        app: Any, data: "service.DataFile[service.Snapshot]") -> None:
+        app: Any, data: "DataFile[service.Snapshot]") -> None:
     for _ in range(3):
         call(app, "/v2/queues/emails", headers=bearer(TOKEN_A))
         call(app, "/v2/queues/nothere", headers=bearer(TOKEN_A))

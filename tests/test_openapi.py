@@ -13,7 +13,6 @@ from typing import Any, Dict, Optional
 
 import pytest
 import yaml
-
 from helpers import TOKEN_A, TOKEN_B, TOKEN_C, bearer, call
 
 DOCUMENT = yaml.safe_load((Path(__file__).resolve().parent / "openapi.yaml").read_text(encoding="utf-8"))

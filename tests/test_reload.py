@@ -7,9 +7,10 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, List, Set
 
+from helpers import Q_TEMPLATE, TOKEN_A, bearer, call, write_json
+
 import app as service
 import store
-from helpers import Q_TEMPLATE, TOKEN_A, bearer, call, write_json
 
 
 def version(n: int, queues: int = 50) -> Dict[str, Any]:

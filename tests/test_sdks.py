@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-
 from helpers import ALPHA_GROUP, ALPHA_QUEUE, BETA_QUEUE, ROOT, TOKEN_A, TOKEN_B, Server, serving, write_json
 
 HERE = Path(__file__).resolve().parent

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import List
 
 import pytest
+from helpers import ALPHA_QUEUE, ROOT, TOKEN_A, TOKEN_B, accounts_document, eventually, run, serving, write_json
 
 import app as service
-from helpers import ROOT, ALPHA_QUEUE, TOKEN_A, TOKEN_B, accounts_document, eventually, run, serving, write_json
 
 SINGLE = {"queues": [ALPHA_QUEUE]}
 

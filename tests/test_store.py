@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any, List
 
 import pytest
+from helpers import ALPHA_GROUP, ALPHA_QUEUE, TOKEN_A, accounts_document, write_json
 
 import store
-from helpers import ALPHA_GROUP, ALPHA_QUEUE, TOKEN_A, accounts_document, write_json
 
 Q = {"createdAt": 1, "updatedAt": 2, "name": "q", "parallelism": 1, "lag": 0}
 G = {"createdAt": 1, "updatedAt": 2, "name": "g", "endpoints": [{"url": "https://a.example/"}]}
@@ -214,10 +214,10 @@ def test_encode_writes_the_bytes_json_dumps_would() -> None:
         name = rng.choice(STRINGS) + str(i)
         numbers = [rng.choice([0, 1, 2**53 - 1, rng.randrange(2**53)]) for _ in range(4)]
         paused = rng.random() < 0.5
-        queues.append(store.Queue(*numbers[:2], name, *numbers[2:], paused))
+        queues.append(store.Queue(numbers[0], numbers[1], name, numbers[2], numbers[3], paused))
         expected_queues.append({"createdAt": numbers[0], "updatedAt": numbers[1], "name": name,
                                 "parallelism": numbers[2], "lag": numbers[3], "paused": paused})
-        endpoints = [store.Endpoint("https://e.example/" + rng.choice(STRINGS), rng.choice([None] + STRINGS))
+        endpoints = [store.Endpoint("https://e.example/" + rng.choice(STRINGS), rng.choice([None, *STRINGS]))
                      for _ in range(rng.randrange(3))]
         groups.append(store.UrlGroup(numbers[0], numbers[1], name, tuple(endpoints)))
         expected_groups.append({"createdAt": numbers[0], "updatedAt": numbers[1], "name": name, "endpoints": [
@@ -250,7 +250,7 @@ def _mutate(rng: random.Random, document: Any) -> Any:
     walk(doc)
     node = rng.choice(nodes)
     keys = list(node) if isinstance(node, dict) else list(range(len(node)))
-    replacement = rng.choice([None, True, 0, -1, 1.5, 2**53, "", "x y", "q", "http://a", [], {}, "7", 3,
+    replacement: Any = rng.choice([None, True, 0, -1, 1.5, 2**53, "", "x y", "q", "http://a", [], {}, "7", 3,
                               "a\nb", "\ud800"])
     if keys and rng.random() < 0.8:
         key = rng.choice(keys)
