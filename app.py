@@ -15,6 +15,8 @@ import argparse
 import functools
 import gzip
 import hashlib
+import importlib
+import importlib.util
 import io
 import ipaddress
 import json
@@ -25,11 +27,38 @@ import sys
 import threading
 import time
 from http import HTTPStatus
-from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 from urllib.parse import quote, unquote_to_bytes
 
-import store
-from store import DataError, DataFile, Store
+
+def _import_store() -> Any:
+    """Return the store module that sits beside this file, without touching sys.path.
+
+    Inside a package (vendored, or installed as ``qstash_lists``) that is the
+    sibling module.  As a script or a top-level module it is ``store`` from
+    sys.path when that is the file beside this one; if another module named
+    ``store`` comes first, this one's is loaded under a name of its own.
+    """
+    if __package__:
+        return importlib.import_module(".store", __package__)
+    beside = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "store.py"))
+    spec = importlib.util.find_spec("store")
+    if spec is not None and spec.origin and os.path.realpath(spec.origin) == beside:
+        return importlib.import_module("store")
+    spec = importlib.util.spec_from_file_location("qstash_lists_store", beside)
+    if spec is None or spec.loader is None:
+        raise ImportError("cannot load %s" % beside)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+if TYPE_CHECKING:
+    import store
+else:
+    store = _import_store()
+DataError = store.DataError
 
 __version__ = "0.2.0"
 __all__ = ["DEV_TOKEN", "HTTPError", "Snapshot", "create_app", "main", "make_app", "open_data"]
@@ -192,7 +221,7 @@ class Snapshot:
     of 100,000 queues does not pay for 100,000 bodies nobody reads.
     """
 
-    def __init__(self, loaded: Store) -> None:
+    def __init__(self, loaded: store.Store) -> None:
         self.store = loaded
         self.lists = {
             (account.token_sha256, path): Body(store.encode(getattr(account, route.field)))
@@ -216,16 +245,16 @@ class Snapshot:
 
 
 def open_data(path: str, token: Optional[str], interval: float = 1.0, *,
-              fallback: Optional[str] = None) -> "DataFile[Snapshot]":
+              fallback: Optional[str] = None) -> "store.DataFile[Snapshot]":
     """Load the data file at ``path`` and keep it fresh; raise DataError if it is bad.
 
     ``token`` is the token of a one-account file (``fallback`` if it is None);
     see :func:`store.parse`.
     """
-    return DataFile(path, lambda p: Snapshot(store.load(p, token, fallback)), interval)
+    return store.DataFile(path, lambda p: Snapshot(store.load(p, token, fallback)), interval)
 
 
-def create_app(source: "DataFile[Snapshot]", access_log: bool = True) -> WSGIApplication:
+def create_app(source: "store.DataFile[Snapshot]", access_log: bool = True) -> WSGIApplication:
     """Return the WSGI callable that serves the snapshots of ``source``."""
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:

@@ -1,0 +1,125 @@
+"""The two modules vendored into someone else's code, and what ``pip install`` puts on the path.
+
+Each case runs in a fresh interpreter, next to a module of the user's own called
+``store`` (and ``app``), and serves a request through the copy it is testing.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from helpers import ALPHA_QUEUE, ROOT, TOKEN_A, accounts_document, write_json
+
+# Serve one request through the app module named on the command line; print what it saw.
+SERVE_ONE = """
+import importlib, json, sys
+from wsgiref.util import setup_testing_defaults
+import store as users_store
+app = importlib.import_module(sys.argv[1])
+environ = {}
+setup_testing_defaults(environ)
+environ.update(PATH_INFO="/v2/queues/emails", QUERY_STRING="", HTTP_AUTHORIZATION="Bearer token-a")
+seen = []
+wsgi = app.create_app(app.open_data(sys.argv[2], None), access_log=False)
+body = b"".join(wsgi(environ, lambda status, headers, exc_info=None: seen.append(status)))
+print(json.dumps({"status": seen[0], "body": json.loads(body), "users_store": users_store.MARK,
+                  "app_store": app.store.__name__, "app_store_file": app.store.__file__}))
+"""
+
+
+def user_module(folder: Path, name: str, mark: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text("MARK = %r\n" % mark)
+
+
+def serve_one(cwd: Path, module: str, data: Path, pythonpath: str = "") -> Dict[str, Any]:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath}
+    done = subprocess.run([sys.executable, "-c", SERVE_ONE, module, str(data)], cwd=str(cwd), env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    result: Dict[str, Any] = json.loads(done.stdout)
+    assert (result["status"], result["body"]) == ("200 OK", ALPHA_QUEUE)
+    return result
+
+
+def copy_modules(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("app.py", "store.py"):
+        shutil.copy(ROOT / name, folder / name)
+
+
+def test_vendored_inside_a_package_next_to_another_store(tmp_path: Path) -> None:
+    data = write_json(tmp_path / "data.json", accounts_document())
+    user_module(tmp_path, "store.py", "the user's top-level store")
+    user_module(tmp_path / "myproj", "__init__.py", "")
+    user_module(tmp_path / "myproj", "store.py", "the user's myproj.store")
+    user_module(tmp_path / "myproj" / "vendor", "__init__.py", "")
+    copy_modules(tmp_path / "myproj" / "vendor")
+    result = serve_one(tmp_path, "myproj.vendor.app", data)
+    assert result["users_store"] == "the user's top-level store"
+    assert result["app_store"] == "myproj.vendor.store"
+
+
+def test_a_top_level_app_finds_its_own_store_when_another_comes_first(tmp_path: Path) -> None:
+    data = write_json(tmp_path / "data.json", accounts_document())
+    user_module(tmp_path / "first", "store.py", "the user's store, first on sys.path")
+    copy_modules(tmp_path / "lib")
+    result = serve_one(tmp_path, "app", data, pythonpath="%s:%s" % (tmp_path / "first", tmp_path / "lib"))
+    assert result["users_store"] == "the user's store, first on sys.path"
+    assert Path(result["app_store_file"]) == tmp_path / "lib" / "store.py"
+
+
+def test_a_top_level_app_shares_store_when_it_is_its_own(tmp_path: Path) -> None:
+    data = write_json(tmp_path / "data.json", accounts_document())
+    copy_modules(tmp_path / "lib")
+    (tmp_path / "lib" / "store.py").write_text((ROOT / "store.py").read_text() + "\nMARK = 'ours'\n")
+    result = serve_one(tmp_path, "app", data, pythonpath=str(tmp_path / "lib"))
+    assert (result["users_store"], result["app_store"]) == ("ours", "store")  # one module, not two
+
+
+def test_run_as_a_script_from_elsewhere(tmp_path: Path) -> None:
+    data = write_json(tmp_path / "data.json", accounts_document())
+    user_module(tmp_path / "first", "store.py", "not ours")
+    copy_modules(tmp_path / "lib")
+    done = subprocess.run([sys.executable, str(tmp_path / "lib" / "app.py"), "--check", "--data", str(data)],
+                          cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path / "first")},
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "%s: OK: 3 accounts, 1 URL group, 2 queues\n" % data)
+
+
+def installed_names(wheel: Path) -> set:  # type: ignore[type-arg]
+    with zipfile.ZipFile(wheel) as archive:
+        return {name.split("/")[0] for name in archive.namelist()}
+
+
+def test_pip_install_puts_only_qstash_lists_on_the_path(tmp_path: Path) -> None:
+    source = tmp_path / "source"  # a copy: building writes build/ and *.egg-info/ beside the sources
+    source.mkdir()
+    for name in ("setup.cfg", "pyproject.toml", "app.py", "store.py", "py.typed", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"),
+                            str(source)], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    wheel = next((tmp_path / "dist").glob("qstash_lists-*.whl"))
+    assert installed_names(wheel) == {"qstash_lists", wheel.name.split("-py3")[0] + ".dist-info"}
+    with zipfile.ZipFile(wheel) as archive:
+        assert sorted(n for n in archive.namelist() if n.startswith("qstash_lists/")) == [
+            "qstash_lists/app.py", "qstash_lists/py.typed", "qstash_lists/store.py"]
+        entry_points: Optional[str] = next(
+            archive.read(n).decode() for n in archive.namelist() if n.endswith("entry_points.txt"))
+    assert "qstash-lists = qstash_lists.app:main" in (entry_points or "")
+    site = tmp_path / "site"
+    installed = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site),
+                                str(wheel)], capture_output=True, text=True, timeout=300)
+    assert installed.returncode == 0, installed.stderr
+    # The user's own app.py and store.py stay theirs; the service is qstash_lists.app.
+    user_module(tmp_path / "user", "store.py", "the user's store")
+    user_module(tmp_path / "user", "app.py", "the user's app")
+    data = write_json(tmp_path / "data.json", accounts_document())
+    result = serve_one(tmp_path / "user", "qstash_lists.app", data, pythonpath=str(site))
+    assert (result["users_store"], result["app_store"]) == ("the user's store", "qstash_lists.store")
+    assert TOKEN_A not in json.dumps(result)
