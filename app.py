@@ -146,6 +146,17 @@ class NoSuchItem(NotFound):
         super().__init__()
 
 
+class Unavailable(HTTPError):
+    """No good version of the data file has been loaded yet (see make_app)."""
+
+    status = HTTPStatus.SERVICE_UNAVAILABLE
+    message = ("service unavailable: the data file is not valid yet; the server log says why, "
+               "and the server loads it as soon as it is fixed")
+
+    def __init__(self) -> None:
+        super().__init__([("Retry-After", "1")])
+
+
 class MethodNotAllowed(HTTPError):
     """A method other than GET or HEAD on a known path."""
 
@@ -244,14 +255,16 @@ class Snapshot:
         return body
 
 
-def open_data(path: str, token: Optional[str], interval: float = 1.0, *,
-              fallback: Optional[str] = None) -> "store.DataFile[Snapshot]":
-    """Load the data file at ``path`` and keep it fresh; raise DataError if it is bad.
+def open_data(path: str, token: Optional[str], interval: float = 1.0, *, fallback: Optional[str] = None,
+              max_size: int = store.DEFAULT_MAX_SIZE, required: bool = True) -> "store.DataFile[Snapshot]":
+    """Load the data file at ``path`` and keep it fresh (see :class:`store.DataFile`).
 
     ``token`` is the token of a one-account file (``fallback`` if it is None);
-    see :func:`store.parse`.
+    see :func:`store.parse`.  Raise DataError if the file is bad, unless not
+    ``required``: then the app answers 503 until a good version appears.
     """
-    return store.DataFile(path, lambda p: Snapshot(store.load(p, token, fallback)), interval)
+    return store.DataFile(path, lambda raw: Snapshot(store.parse(raw, path, token, fallback)), interval,
+                          max_size=max_size, required=required)
 
 
 def create_app(source: "store.DataFile[Snapshot]", access_log: bool = True) -> WSGIApplication:
@@ -261,7 +274,10 @@ def create_app(source: "store.DataFile[Snapshot]", access_log: bool = True) -> W
         started = time.perf_counter() if access_log else 0.0
         exc_info = None
         try:
-            status, headers, data = respond(environ, source.current())
+            snapshot = source.current()
+            if snapshot is None:
+                raise Unavailable()
+            status, headers, data = respond(environ, snapshot)
         except HTTPError as err:
             status, headers, data = err.render()
         except Exception:
@@ -456,14 +472,25 @@ def is_loopback(host: str) -> bool:
 
 
 def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
-    """Build the app from the environment: ``QSTASH_LISTS_DATA`` and ``QSTASH_TOKEN``.
+    """Build the app from the environment: ``QSTASH_LISTS_DATA``, ``QSTASH_TOKEN``, ``QSTASH_LISTS_MAX_SIZE``.
 
-    This is the factory for ``waitress-serve --call app:make_app`` and other
-    servers.  It cannot know the address it will listen on, so it never falls
-    back to the dev token: a one-account file needs ``QSTASH_TOKEN``.
+    This is the factory for ``waitress-serve --call app:make_app``, gunicorn and
+    other servers.  It cannot know the address it will listen on, so it never
+    falls back to the dev token: a one-account file needs ``QSTASH_TOKEN``.  A
+    data file that is bad or missing does not stop it: the app answers 503 and
+    loads the file once it is good, so a server restarting a worker at the
+    wrong moment keeps running.  A bad setting is one line on stderr and
+    SystemExit(2), which servers report without a traceback.
     """
     env = os.environ if environ is None else environ
-    return create_app(open_data(env.get("QSTASH_LISTS_DATA", "data.json"), _configured_token(env)))
+    try:
+        token = _configured_token(env)
+        max_size = size(env.get("QSTASH_LISTS_MAX_SIZE", store.DEFAULT_MAX_SIZE))
+    except (DataError, argparse.ArgumentTypeError) as exc:
+        lines = exc.faults if isinstance(exc, DataError) else ["QSTASH_LISTS_MAX_SIZE: %s" % exc]
+        raise SystemExit(_fail(lines)) from None
+    path = env.get("QSTASH_LISTS_DATA", "data.json")
+    return create_app(open_data(path, token, max_size=max_size, required=False))
 
 
 def _configured_token(env: Mapping[str, str]) -> Optional[str]:
@@ -486,7 +513,10 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         token = _configured_token(env)
         # The dev token stands in for QSTASH_TOKEN only where no one else can reach the server.
         fallback = DEV_TOKEN if args.check or is_loopback(args.host) else None
-        data = open_data(args.data, token, fallback=fallback)
+        if args.check:  # one read and one parse: no bodies to encode, no reloader
+            print("%s: OK: %s" % (args.data, store.load(args.data, token, fallback, args.max_size).summary()))
+            return 0
+        data = open_data(args.data, token, fallback=fallback, max_size=args.max_size)
     except store.TokenMissing:
         return _fail([
             "%s: holds a single account, and QSTASH_TOKEN is not set" % args.data,
@@ -498,10 +528,14 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
             faults = ["%s: no such file; to start from the example: %s --example > %s"
                       % (args.data, _parser(env).prog, args.data)]
         return _fail(faults)
-    if args.check:
-        print("%s: OK: %s" % (args.data, data.current().store.summary()))
-        return 0
+    try:
+        return _serve(args, data)
+    finally:
+        data.close()
 
+
+def _serve(args: argparse.Namespace, data: "store.DataFile[Snapshot]") -> int:
+    """Serve ``data`` under waitress until SIGTERM or Ctrl-C."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_UTCFormatter("%(asctime)s %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])
@@ -527,10 +561,12 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     if hasattr(signal, "SIGHUP"):
-        signal.signal(signal.SIGHUP, lambda signum, frame: data.refresh(force=True))
+        signal.signal(signal.SIGHUP, lambda signum, frame: data.wake())  # the reloader does the work
 
     urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in _listening(server)]
-    loaded = data.current().store
+    snapshot = data.current()
+    assert snapshot is not None  # open_data raised otherwise
+    loaded = snapshot.store
     print("qstash-lists %s serving %s (%s) on %s" % (__version__, args.data, loaded.summary(), " ".join(urls)))
     print("export QSTASH_URL=%s" % urls[0])
     if not loaded.single_account:
@@ -567,12 +603,16 @@ def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
                     "by name) from a JSON data file.",
         epilog="environment: QSTASH_TOKEN, the token of a one-account data file (without it, on "
                "loopback, the dev token that 'qstash dev' documents); QSTASH_LISTS_DATA, the "
-               "default for --data.  Nothing else is read.",
+               "default for --data; QSTASH_LISTS_MAX_SIZE, the default for --max-size.  Nothing "
+               "else is read.  SIGHUP makes the server look at the data file at once.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     parser.add_argument("--port", type=port, default=8080, help="port; 0 picks a free one (default: %(default)s)")
     parser.add_argument("--data", default=env.get("QSTASH_LISTS_DATA", "data.json"),
                         help="the data file (default: $QSTASH_LISTS_DATA, else data.json; now %(default)s)")
+    parser.add_argument("--max-size", type=size, default=env.get("QSTASH_LISTS_MAX_SIZE", store.DEFAULT_MAX_SIZE),
+                        help="refuse a data file larger than this many bytes; K, M or G may follow "
+                             "(default: $QSTASH_LISTS_MAX_SIZE, else %d, 64M)" % store.DEFAULT_MAX_SIZE)
     parser.add_argument("--threads", type=count, default=DEFAULT_THREADS,
                         help="waitress worker threads (default: %(default)s)")
     parser.add_argument("--quiet", action="store_true", help="no access log (default: log each request)")
@@ -588,6 +628,16 @@ def port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError("expected 0 to 65535")
     return value
+
+
+def size(text: Any) -> int:
+    """Parse a size in bytes for --max-size: a whole number, optionally followed by K, M or G (binary)."""
+    if isinstance(text, int):
+        return text
+    digits, unit = (text[:-1], text[-1].upper()) if text[-1:].isalpha() else (text, "")
+    if unit not in ("", "K", "M", "G") or not digits.isdigit() or int(digits) < 1:
+        raise argparse.ArgumentTypeError("expected a size in bytes such as 64M")
+    return int(digits) << {"": 0, "K": 10, "M": 20, "G": 30}[unit]
 
 
 def count(text: str) -> int:

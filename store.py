@@ -15,8 +15,10 @@ import json
 import logging
 import os
 import re
+import stat
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _json_string  # the json module's string escaper
 from operator import itemgetter
@@ -28,6 +30,7 @@ __all__ = [
     "DataError",
     "DataFile",
     "Endpoint",
+    "FileChanging",
     "Queue",
     "Store",
     "TokenMissing",
@@ -36,6 +39,7 @@ __all__ = [
     "encode",
     "load",
     "parse",
+    "read",
 ]
 
 logger = logging.getLogger("qstash_lists")
@@ -58,6 +62,13 @@ EXAMPLE: Dict[str, Any] = {
          "parallelism": 1, "lag": 12, "paused": True},
     ],
 }
+#: A data file larger than this is refused (``--max-size``, ``QSTASH_LISTS_MAX_SIZE``).  Loading
+#: takes about 7 times a file's size in memory: 64 MiB is some 400,000 queues and 450 MB.
+DEFAULT_MAX_SIZE = 64 * 1024 * 1024
+#: An integer of more digits than this is refused as "too long", the same on every Python
+#: (3.11 and later refuse over 4,300 digits while parsing; earlier ones parse any length).
+MAX_DIGITS = 20
+_TOO_LONG = 10**MAX_DIGITS
 #: The largest integer a JavaScript client reads back exactly.
 MAX_SAFE_INTEGER = 2**53 - 1
 #: How many faults one report lists before it stops counting them out.
@@ -209,18 +220,14 @@ def check_token(token: str) -> Optional[str]:
     return None
 
 
-def load(path: str, token: Optional[str], fallback: Optional[str] = None) -> Store:
-    """Load and validate the data file at ``path``; raise DataError on any fault.
+def load(path: str, token: Optional[str], fallback: Optional[str] = None,
+         max_size: int = DEFAULT_MAX_SIZE) -> Store:
+    """Read (see :func:`read`) and validate the data file at ``path``; raise DataError on any fault.
 
     ``token`` is the token of a file in the one-account form (``fallback`` when
     ``token`` is None); a file that lists its accounts names their tokens itself.
     """
-    try:
-        with open(path, "rb") as file:
-            raw = file.read()
-    except OSError as exc:
-        raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
-    return parse(raw, path, token, fallback)
+    return parse(read(path, max_size)[0], path, token, fallback)
 
 
 def parse(raw: bytes, source: str, token: Optional[str], fallback: Optional[str] = None) -> Store:
@@ -235,7 +242,15 @@ def parse(raw: bytes, source: str, token: Optional[str], fallback: Optional[str]
     except UnicodeDecodeError as exc:
         raise DataError(["%s: not UTF-8 text: %s at byte %d" % (source, exc.reason, exc.start)]) from None
     try:
-        document = json.loads(text)
+        try:
+            document = json.loads(text)
+        except ValueError as exc:
+            if isinstance(exc, json.JSONDecodeError):
+                raise
+            # Python 3.11+ refuses an integer of over 4,300 digits with a plain ValueError that
+            # names no place.  Only then parse again, keeping long integers out of int(), so
+            # the checker can say where they are; the usual path pays nothing for this.
+            document = json.loads(text, parse_int=_parse_int)
     except json.JSONDecodeError as exc:
         fault = "line %d, column %d: invalid JSON: %s" % (exc.lineno, exc.colno, exc.msg)
         raise DataError(["%s: %s" % (source, fault)]) from None
@@ -322,6 +337,9 @@ class _Checker:
 
     def integer(self, value: Any, where: str) -> Optional[int]:
         """Return ``value`` if it is a non-negative integer a JavaScript client reads exactly."""
+        if _is_long(value):
+            self.fault(where, "integer too long (more than %d digits)" % MAX_DIGITS)
+            return None
         if type(value) is not int or value < 0:
             self.fault(where, "expected a non-negative integer, got %s" % _show(value))
             return None
@@ -481,6 +499,8 @@ def _one_of(keys: Tuple[str, ...]) -> str:
 
 def _show(value: Any) -> str:
     """Name a JSON value in a fault message, briefly."""
+    if _is_long(value):
+        return "an integer of more than %d digits" % MAX_DIGITS
     if isinstance(value, dict):
         return "an object"
     if isinstance(value, list):
@@ -489,6 +509,24 @@ def _show(value: Any) -> str:
     if not text.isprintable():  # a line break or a lone surrogate: escape all but ASCII
         text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _LongInteger:
+    """Stands for an integer literal too long to turn into an int (see parse)."""
+
+    __slots__ = ()
+
+
+_LONG = _LongInteger()
+
+
+def _parse_int(text: str) -> Any:
+    return _LONG if len(text) > MAX_DIGITS + 1 else int(text)
+
+
+def _is_long(value: Any) -> bool:
+    """Tell whether ``value`` is an integer of more than MAX_DIGITS digits, on every Python."""
+    return value is _LONG or (type(value) is int and not -_TOO_LONG < value < _TOO_LONG)
 
 
 def _plural(count: int, noun: str) -> str:
@@ -507,76 +545,220 @@ def _is_http_url(value: Any) -> bool:
 
 
 T = TypeVar("T")
+#: What identifies one version of a file: inode, device, size and mtime.
+Signature = Tuple[int, int, int, int]
+#: How often a file that changes while it is read is read again, in one look, before giving up.
+READ_ATTEMPTS = 4
+
+
+class FileChanging(DataError):
+    """The file changed each time it was read: a writer is busy with it."""
+
+
+def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> Tuple[bytes, Signature]:
+    """Return the bytes of the data file at ``path`` and the signature of the version read.
+
+    Never blocks: the file is opened with O_NONBLOCK and must be a regular file
+    (not a FIFO, a device or a directory) of at most ``max_size`` bytes, judged
+    by ``fstat`` on the opened descriptor, so a symlink is judged by its target.
+    A version that changes while it is read (by the same descriptor's ``fstat``
+    before and after) is read again; FileChanging if it keeps changing.  Each
+    refusal is a DataError of one line.
+    """
+    for _ in range(READ_ATTEMPTS):
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
+        try:
+            before = os.fstat(fd)
+            if not stat.S_ISREG(before.st_mode):
+                raise DataError(["%s: cannot read: not a regular file but %s" % (path, _file_kind(before.st_mode))])
+            if before.st_size > max_size:
+                raise DataError(["%s: cannot read: %d bytes, over the limit of %d (--max-size, "
+                                 "QSTASH_LISTS_MAX_SIZE)" % (path, before.st_size, max_size)])
+            raw = _read_at_most(fd, max_size)
+            if raw is None:
+                raise DataError(["%s: cannot read: grew past the limit of %d bytes while being read "
+                                 "(--max-size, QSTASH_LISTS_MAX_SIZE)" % (path, max_size)])
+            after = os.fstat(fd)
+        except OSError as exc:
+            raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
+        finally:
+            os.close(fd)
+        if _signature(after) == _signature(before) and len(raw) == after.st_size:
+            return raw, _signature(after)
+        time.sleep(0.02)  # a writer is at work: give it a moment
+    raise FileChanging(["%s: changed each time it was read (%d times); looking again later" % (path, READ_ATTEMPTS)])
+
+
+def _read_at_most(fd: int, limit: int) -> Optional[bytes]:
+    """Read ``fd`` to its end; None if that is more than ``limit`` bytes."""
+    chunks: List[bytes] = []
+    total = 0
+    while True:
+        chunk = os.read(fd, min(limit - total + 1, 1 << 24))
+        if not chunk:
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        total += len(chunk)
+        if total > limit:
+            return None
+        chunks.append(chunk)
+
+
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return kind
+    return "not a plain file"
+
+
+def _signature(st: os.stat_result) -> Signature:
+    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns)
 
 
 class DataFile(Generic[T]):
     """The last good snapshot of a data file that may change while it is served.
 
-    :meth:`current` looks at the file's size, mtime and inode at most once per
-    ``interval`` seconds, from whichever thread asks; when they change it builds
-    a new snapshot with ``build(path)`` and swaps it in whole.  A version that
-    ``build`` rejects with DataError is logged once and the last good snapshot
-    stays in service.  The one reader that notices a change waits for the load;
-    the others keep the current snapshot meanwhile, and none sees half of one.
+    A reloader thread of its own looks at the file's signature (inode, size,
+    mtime) every ``interval`` seconds and, when it changed, reads the file and
+    builds a new snapshot with ``build(raw)`` aside, then swaps it in whole.
+    Requests only read :meth:`current`: they never wait for a load or a look.
+    A version that ``build`` rejects with DataError, or that cannot be read, is
+    logged once and the last good snapshot stays in service.  :meth:`wake` asks
+    for a look now, whatever the signature says (SIGHUP); :meth:`close` stops
+    the thread.  After ``os.fork`` the child gets a reloader of its own.
+
+    The first load happens in the constructor: its DataError is raised when
+    ``required``; otherwise it is logged, :meth:`current` returns None until a
+    good version appears, and the reloader keeps looking.
     """
 
-    def __init__(self, path: str, build: Callable[[str], T], interval: float = 1.0) -> None:
+    def __init__(self, path: str, build: Callable[[bytes], T], interval: float = 1.0, *,
+                 max_size: int = DEFAULT_MAX_SIZE, required: bool = True) -> None:
+        if interval <= 0:
+            raise ValueError("interval must be positive")
         self.path = path
         self.interval = interval
+        self.max_size = max_size
         self._build = build
-        self._lock = threading.Lock()
-        self._signature = self._stat()
-        self._snapshot = _without_gc(build, path)  # the first load's DataError is the caller's
-        self._next_check = time.monotonic() + interval
+        self._snapshot: Optional[T] = None
+        self._signature: Optional[Signature] = None
+        try:
+            self._load()
+        except DataError as exc:
+            if required:
+                raise
+            self._reject(exc, "serving 503 until it is valid")
+        self._start()
+        _open_files.add(self)
 
-    def current(self) -> T:
-        """Return the newest good snapshot, reloading first if the file changed."""
-        if time.monotonic() >= self._next_check:
-            self.refresh()
+    def current(self) -> Optional[T]:
+        """Return the newest good snapshot (None only if there has never been one)."""
         return self._snapshot
 
-    def refresh(self, force: bool = False) -> None:
-        """Reload now if the file changed (always, with ``force``), unless a reload is running."""
-        if force:
-            self._signature = None
-            self._next_check = 0.0
-        if not self._lock.acquire(blocking=False):
-            return  # another thread is looking; keep serving the current snapshot
-        try:
-            self._next_check = time.monotonic() + self.interval
-            signature = self._stat()
-            if signature == self._signature:
-                return
-            self._signature = signature  # a bad version is reported once, not every second
-            try:
-                snapshot = _without_gc(self._build, self.path)
-            except DataError as exc:
-                for fault in exc.faults:
-                    logger.error("%s", fault)
-                logger.error("%s: keeping the last good version", self.path)
-                return
-            except Exception:
-                logger.exception("%s: reload failed; keeping the last good version", self.path)
-                return
-            if self._stat() != signature:
-                # Changed while we read it: perhaps torn.  Look again on the next check.
-                self._signature = None
-                return
-            self._snapshot = snapshot
-            logger.info("%s: reloaded", self.path)
-        finally:
-            self._lock.release()
+    def wake(self) -> None:
+        """Have the reloader look at the file now and reload it even if it looks unchanged."""
+        self._wake.set()
 
-    def _stat(self) -> Optional[Tuple[int, int, int, int]]:
+    def close(self) -> None:
+        """Stop the reloader thread."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def refresh(self, force: bool = False) -> bool:
+        """Look now, from this thread: load the file if it changed (always with ``force``).
+
+        Return whether a new snapshot went into service.  The reloader calls
+        this; tests and embedders may too.
+        """
+        with self._lock:
+            if not force and self._look() == self._signature:
+                return False
+            try:
+                self._load()
+            except FileChanging as exc:
+                self._signature = None  # skipped, not judged: the next look reads it again
+                logger.warning("%s", exc.faults[0])
+                return False
+            except DataError as exc:
+                self._reject(exc, "keeping the last good version")
+                return False
+            except Exception:
+                self._signature = self._look()
+                logger.exception("%s: reload failed; keeping the last good version", self.path)
+                return False
+            logger.info("%s: reloaded", self.path)
+            return True
+
+    def _load(self) -> None:
+        self._signature = None
+        raw, signature = read(self.path, self.max_size)
+        self._signature = signature  # a bad version is reported once, not at every look
+        self._snapshot = _without_gc(self._build, raw)
+
+    def _reject(self, exc: DataError, outcome: str) -> None:
+        if self._signature is None:
+            self._signature = self._look()  # what could not be read is reported once too
+        for fault in exc.faults:
+            logger.error("%s", fault)
+        logger.error("%s: %s", self.path, outcome)
+
+    def _look(self) -> Optional[Signature]:
         try:
-            st = os.stat(self.path)
+            return _signature(os.stat(self.path))
         except OSError:
             return None
-        return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns)
+
+    def _start(self) -> None:
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        # The thread holds only a weak reference: a DataFile nobody uses any more stops its reloader.
+        self._thread = threading.Thread(target=_reloader, args=(weakref.ref(self),), daemon=True,
+                                        name="qstash-lists reloader: %s" % self.path)
+        self._thread.start()
 
 
-def _without_gc(build: Callable[[str], T], path: str) -> T:
-    """Call ``build(path)`` with the cyclic garbage collector paused.
+def _reloader(ref: "weakref.ReferenceType[DataFile[Any]]") -> None:
+    """The loop of a DataFile's reloader thread."""
+    while True:
+        data = ref()
+        if data is None:
+            return
+        wake, stop, interval = data._wake, data._stop, data.interval
+        del data  # sleep without holding it
+        woken = wake.wait(interval)
+        data = ref()
+        if data is None or stop.is_set():
+            return
+        wake.clear()
+        try:
+            data.refresh(force=woken)
+        except Exception:  # never let the reloader die
+            logger.exception("%s: reloader error", data.path)
+        del data
+
+
+_open_files: "weakref.WeakSet[DataFile[Any]]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child (a gunicorn worker of a preloaded app) has no threads: start reloaders anew."""
+    for data in list(_open_files):
+        if not data._stop.is_set():
+            data._start()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _without_gc(build: Callable[[bytes], T], raw: bytes) -> T:
+    """Call ``build(raw)`` with the cyclic garbage collector paused.
 
     A snapshot is hundreds of thousands of new, acyclic containers; left on, the
     collector walks them again and again while they are built (a seventh of the
@@ -585,7 +767,7 @@ def _without_gc(build: Callable[[str], T], path: str) -> T:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return build(path)
+        return build(raw)
     finally:
         if enabled:
             gc.enable()

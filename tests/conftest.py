@@ -16,4 +16,4 @@ def data_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def app(data_path: Path) -> Any:
-    return service.create_app(service.open_data(str(data_path), None, interval=0), access_log=False)
+    return service.create_app(service.open_data(str(data_path), None), access_log=False)

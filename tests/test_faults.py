@@ -3,6 +3,7 @@ file that churns under load, and other WSGI servers."""
 
 import http.client
 import json
+import logging
 import os
 import socket
 import struct
@@ -13,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Set
 
+import pytest
 from helpers import (
     ALPHA_QUEUE,
     Q_TEMPLATE,
@@ -20,6 +22,9 @@ from helpers import (
     TOKEN_A,
     TOKEN_B,
     accounts_document,
+    bearer,
+    call,
+    eventually,
     serving,
     write_json,
 )
@@ -202,17 +207,41 @@ def test_serves_under_wsgiref_simple_server_and_a_prefix(data_path: Path) -> Non
     assert "Traceback" not in err and "Warning" not in err
 
 
-def test_make_app_needs_a_token_for_a_one_account_file(tmp_path: Path) -> None:
+def test_make_app_answers_503_until_the_file_is_good_and_never_uses_the_dev_token(tmp_path: Path,
+                                                                                  caplog: Any) -> None:
     import app
-    import store
 
-    one = write_json(tmp_path / "one.json", {"queues": []})
-    try:
-        app.make_app({"QSTASH_LISTS_DATA": str(one)})
-    except store.TokenMissing as exc:
-        assert exc.faults == ["%s: holds a single account, and no token was given for it" % one]
-    else:
-        raise AssertionError("make_app used a token it was not given")
-    assert callable(app.make_app({"QSTASH_LISTS_DATA": str(one), "QSTASH_TOKEN": "t"}))
-    many = write_json(tmp_path / "many.json", accounts_document())
-    assert callable(app.make_app({"QSTASH_LISTS_DATA": str(many)}))
+    path = write_json(tmp_path / "data.json", {"queues": []})  # one account, and no QSTASH_TOKEN
+    with caplog.at_level(logging.ERROR, "qstash_lists"):
+        wsgi = app.make_app({"QSTASH_LISTS_DATA": str(path)})
+    assert caplog.messages == ["%s: holds a single account, and no token was given for it" % path,
+                               "%s: serving 503 until it is valid" % path]
+    for token in (app.DEV_TOKEN, TOKEN_A):
+        response = call(wsgi, headers=bearer(token))
+        assert (response.status, response.headers["Retry-After"]) == (503, "1")
+        assert response.json()["error"].startswith("service unavailable: the data file is not valid yet")
+    write_json(path, accounts_document())
+    eventually(lambda: call(wsgi, headers=bearer(TOKEN_A)).status == 200)  # the reloader's next look
+    assert call(wsgi, headers=bearer(app.DEV_TOKEN)).status == 401
+
+
+def test_make_app_with_a_token_serves_a_one_account_file(tmp_path: Path) -> None:
+    import app
+
+    one = write_json(tmp_path / "one.json", {"queues": [ALPHA_QUEUE]})
+    wsgi = app.make_app({"QSTASH_LISTS_DATA": str(one), "QSTASH_TOKEN": "t"})
+    assert call(wsgi, headers=bearer("t")).json() == [ALPHA_QUEUE]
+
+
+@pytest.mark.parametrize("environ, line", [
+    ({"QSTASH_TOKEN": "has space"}, "QSTASH_TOKEN: expected a token of visible ASCII characters, with no spaces"),
+    ({"QSTASH_LISTS_MAX_SIZE": "lots"}, "QSTASH_LISTS_MAX_SIZE: expected a size in bytes such as 64M"),
+])
+def test_make_app_refuses_a_bad_setting_in_one_line(data_path: Path, capsys: Any, environ: Dict[str, str],
+                                                    line: str) -> None:
+    import app
+
+    with pytest.raises(SystemExit) as info:
+        app.make_app(dict(environ, QSTASH_LISTS_DATA=str(data_path)))
+    assert info.value.code == 2
+    assert capsys.readouterr().err == line + "\n"

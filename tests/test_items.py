@@ -171,6 +171,7 @@ def test_bodies_are_encoded_once_per_snapshot_and_only_for_names_that_exist(
         call(app, "/v2/queues/nothere", headers=bearer(TOKEN_A))
         call(app, "/v2/queues/reports", headers=bearer(TOKEN_A))
     snapshot = data.current()
+    assert snapshot is not None
     key = (snapshot.store.accounts[0].token_sha256, "/v2/queues", "emails")
     assert list(snapshot.items) == [key]
     body = snapshot.items[key]

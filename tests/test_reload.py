@@ -1,13 +1,16 @@
-"""Live reload: new content is picked up, bad content never replaces good, readers never see a mix."""
+"""Live reload: new content is picked up by the reloader, bad content never replaces good,
+readers never see a mix, and no file (a FIFO, a device, a huge or a busy one) stops it."""
 
 import json
 import logging
 import os
 import threading
+import time
 from pathlib import Path
-from typing import Any, Dict, List, Set
+from typing import Any, Dict, List, Optional, Set
 
-from helpers import Q_TEMPLATE, TOKEN_A, bearer, call, write_json
+import pytest
+from helpers import Q_TEMPLATE, TOKEN_A, bearer, call, eventually, write_json
 
 import app as service
 import store
@@ -24,69 +27,191 @@ def names(response: Any) -> List[str]:
     return [q["name"] for q in response.json()]
 
 
-def test_a_changed_file_is_served_without_a_restart(tmp_path: Path) -> None:
-    path = write_json(tmp_path / "d.json", version(1, 1))
-    app = service.create_app(service.open_data(str(path), None, interval=0), access_log=False)
+def served(data: "store.DataFile[service.Snapshot]") -> str:
+    """The name of the first queue in service: it says which version is loaded."""
+    snapshot = data.current()
+    assert snapshot is not None
+    return snapshot.store.accounts[0].queues[0].name
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return write_json(tmp_path / "d.json", version(1, 1))
+
+
+def test_the_reloader_serves_a_changed_file_without_a_restart(path: Path) -> None:
+    data = service.open_data(str(path), None, interval=0.05)
+    app = service.create_app(data, access_log=False)
     assert names(call(app, headers=bearer(TOKEN_A))) == ["v1-0", "v1-1"]
     write_json(path, version(2, 1))
-    assert names(call(app, headers=bearer(TOKEN_A))) == ["v2-0", "v2-1", "v2-2"]
+    eventually(lambda: names(call(app, headers=bearer(TOKEN_A))) == ["v2-0", "v2-1", "v2-2"])
+    data.close()
 
 
-def test_a_bad_version_is_logged_once_and_the_last_good_one_served(tmp_path: Path, caplog: Any) -> None:
-    path = write_json(tmp_path / "d.json", version(1, 1))
-    data = service.open_data(str(path), None, interval=0)
+def test_a_bad_version_is_logged_once_and_the_last_good_one_served(path: Path, caplog: Any) -> None:
+    data = service.open_data(str(path), None, interval=0.05)
     app = service.create_app(data, access_log=False)
     broken = version(2, 1)
     broken["accounts"][0]["queues"][1]["lag"] = "7"
-    write_json(path, broken)
     with caplog.at_level(logging.INFO, "qstash_lists"):
-        for _ in range(3):
-            assert names(call(app, headers=bearer(TOKEN_A))) == ["v1-0", "v1-1"]
+        write_json(path, broken)
+        eventually(lambda: "keeping the last good version" in caplog.text)
+        time.sleep(0.3)  # six more looks: nothing more is logged
+        assert names(call(app, headers=bearer(TOKEN_A))) == ["v1-0", "v1-1"]
+        data.close()
     assert [r.getMessage() for r in caplog.records] == [
         '%s: accounts[0].queues[1].lag: expected a non-negative integer, got "7"' % path,
         "%s: keeping the last good version" % path,
     ]
-    write_json(path, version(3, 1))
-    assert names(call(app, headers=bearer(TOKEN_A)))[0] == "v3-0"
 
 
-def test_deleted_then_restored(tmp_path: Path, caplog: Any) -> None:
-    path = write_json(tmp_path / "d.json", version(1, 1))
-    data = service.open_data(str(path), None, interval=0)
+def test_deleted_then_restored(path: Path, caplog: Any) -> None:
+    data = service.open_data(str(path), None, interval=3600)
     os.remove(path)
     with caplog.at_level(logging.ERROR, "qstash_lists"):
-        assert data.current().store.accounts[0].queues[0].name == "v1-0"
+        assert data.refresh() is False
+    assert served(data) == "v1-0"
     assert "%s: cannot read: No such file or directory" % path in caplog.text
     write_json(path, version(2, 1))
-    assert data.current().store.accounts[0].queues[0].name == "v2-0"
+    assert data.refresh() is True
+    assert served(data) == "v2-0"
 
 
-def test_truncated_file_keeps_the_last_good_version(tmp_path: Path) -> None:
-    path = write_json(tmp_path / "d.json", version(1, 1))
-    data = service.open_data(str(path), None, interval=0)
+def test_truncated_file_keeps_the_last_good_version(path: Path) -> None:
+    data = service.open_data(str(path), None, interval=3600)
     text = json.dumps(version(2, 1))
     path.write_text(text[: len(text) // 2])
-    assert data.current().store.accounts[0].queues[0].name == "v1-0"
+    assert data.refresh() is False
+    assert served(data) == "v1-0"
 
 
-def test_checks_at_most_once_per_interval(tmp_path: Path) -> None:
-    path = write_json(tmp_path / "d.json", version(1, 1))
+def test_the_reloader_waits_for_its_interval_and_wake_makes_it_look_now(path: Path) -> None:
     data = service.open_data(str(path), None, interval=3600)
     write_json(path, version(2, 1))
-    assert data.current().store.accounts[0].queues[0].name == "v1-0"  # not looked at yet
-    data.refresh(force=True)  # what SIGHUP does
-    assert data.current().store.accounts[0].queues[0].name == "v2-0"
+    time.sleep(0.2)
+    assert served(data) == "v1-0"  # not looked at yet
+    data.wake()  # what SIGHUP does, from another thread
+    eventually(lambda: served(data) == "v2-0")
+    data.close()
 
 
-def test_a_forced_reload_sees_an_edit_that_keeps_size_and_mtime(tmp_path: Path) -> None:
-    path = write_json(tmp_path / "d.json", version(1, 1))
-    data = service.open_data(str(path), None, interval=0)
+def test_a_forced_look_sees_an_edit_that_keeps_size_and_mtime(path: Path) -> None:
+    data = service.open_data(str(path), None, interval=3600)
     before = os.stat(path)
-    path.write_text(path.read_text().replace("v1-", "v8-"))  # same size, new names
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert data.current().store.accounts[0].queues[0].name in ("v1-0", "v8-0")  # inode may differ
-    data.refresh(force=True)
-    assert data.current().store.accounts[0].queues[0].name == "v8-0"
+    path.write_text(path.read_text().replace("v1-", "v8-"))  # same size, same inode, new names...
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # ...and the same mtime
+    assert data.refresh() is False and served(data) == "v1-0"  # the signature cannot tell
+    assert data.refresh(force=True) is True and served(data) == "v8-0"
+
+
+def test_a_read_torn_by_a_writer_is_read_again(path: Path, monkeypatch: Any) -> None:
+    """The writer finishes its file while the reader is halfway: the descriptor's own fstat,
+    before and after the read, says so, and the reader reads the whole new version."""
+    data = service.open_data(str(path), None, interval=3600)
+    text = json.dumps(version(2, 1)).encode()
+    real = store._read_at_most
+    calls: List[int] = []
+
+    def torn(fd: int, limit: int) -> Optional[bytes]:
+        calls.append(fd)
+        if len(calls) == 1:
+            time.sleep(0.01)  # a coarse mtime clock must still see the write
+            path.write_bytes(text)  # in place: the same inode, now complete
+            return text[: len(text) // 2]  # what the reader got while it was half written
+        return real(fd, limit)
+
+    monkeypatch.setattr(store, "_read_at_most", torn)
+    assert data.refresh(force=True) is True
+    assert served(data) == "v2-0" and len(calls) == 2
+
+
+def test_a_file_that_never_stops_changing_is_skipped_and_said(path: Path, monkeypatch: Any,
+                                                              caplog: Any) -> None:
+    data = service.open_data(str(path), None, interval=3600)
+    versions = iter(range(2, 100))
+
+    def always_torn(fd: int, limit: int) -> Optional[bytes]:
+        time.sleep(0.01)
+        write_json(path, version(next(versions), 1))
+        return b"{"
+
+    monkeypatch.setattr(store, "_read_at_most", always_torn)
+    with caplog.at_level(logging.WARNING, "qstash_lists"):
+        assert data.refresh(force=True) is False
+    assert served(data) == "v1-0"
+    assert caplog.messages == ["%s: changed each time it was read (%d times); looking again later"
+                               % (path, store.READ_ATTEMPTS)]
+    monkeypatch.undo()
+    assert data.refresh() is True  # the next look reads it again, though its signature was seen
+    assert served(data).startswith("v%d-" % (1 + store.READ_ATTEMPTS))
+
+
+def test_a_fifo_in_place_of_the_file_neither_hangs_nor_replaces_it(path: Path, caplog: Any) -> None:
+    data = service.open_data(str(path), None, interval=3600)
+    os.remove(path)
+    os.mkfifo(path)  # nobody ever writes to it: opening it for reading would block for ever
+    with caplog.at_level(logging.ERROR, "qstash_lists"):
+        assert data.refresh() is False
+        assert data.refresh(force=True) is False
+    assert served(data) == "v1-0"
+    assert caplog.messages[:2] == ["%s: cannot read: not a regular file but a FIFO" % path,
+                                   "%s: keeping the last good version" % path]
+    os.remove(path)
+    write_json(path, version(2, 1))
+    assert data.refresh() is True and served(data) == "v2-0"  # a good file put back is picked up
+
+
+def test_a_device_behind_a_symlink_is_refused(tmp_path: Path) -> None:
+    link = tmp_path / "data.json"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(store.DataError) as info:
+        service.open_data(str(link), None)
+    assert info.value.faults == ["%s: cannot read: not a regular file but a character device" % link]
+
+
+def test_a_file_over_the_size_limit_is_refused(path: Path, caplog: Any) -> None:
+    data = service.open_data(str(path), None, interval=3600, max_size=2000)
+    big = version(2, 40)
+    write_json(path, big)
+    size = path.stat().st_size
+    assert size > 2000
+    with caplog.at_level(logging.ERROR, "qstash_lists"):
+        assert data.refresh() is False
+    assert served(data) == "v1-0"
+    assert caplog.messages[0] == ("%s: cannot read: %d bytes, over the limit of 2000 (--max-size, "
+                                  "QSTASH_LISTS_MAX_SIZE)" % (path, size))
+
+
+def test_a_file_that_switches_form_gets_the_dev_token_only_in_the_one_account_form(path: Path) -> None:
+    dev = service.DEV_TOKEN
+    one = write_json(path, {"queues": [dict(Q_TEMPLATE, name="solo")]})
+    data = service.open_data(str(one), None, interval=3600, fallback=dev)
+    app = service.create_app(data, access_log=False)
+    assert names(call(app, headers=bearer(dev))) == ["solo"]
+    write_json(path, version(1, 1))  # now it lists accounts: the dev token is no account's
+    assert data.refresh() is True
+    assert call(app, headers=bearer(dev)).status == 401
+    assert names(call(app, headers=bearer(TOKEN_A))) == ["v1-0", "v1-1"]
+    write_json(path, {"queues": [dict(Q_TEMPLATE, name="solo-again")]})
+    assert data.refresh() is True
+    assert names(call(app, headers=bearer(dev))) == ["solo-again"]
+
+
+def test_without_a_fallback_the_one_account_form_is_kept_out(path: Path, caplog: Any) -> None:
+    data = service.open_data(str(path), None, interval=3600)
+    write_json(path, {"queues": []})
+    with caplog.at_level(logging.ERROR, "qstash_lists"):
+        assert data.refresh() is False
+    assert served(data) == "v1-0"
+    assert caplog.messages[0] == "%s: holds a single account, and no token was given for it" % path
+
+
+def test_a_closed_data_file_stops_its_reloader(path: Path) -> None:
+    data = service.open_data(str(path), None, interval=0.01)
+    thread = data._thread
+    assert thread.is_alive()
+    data.close()
+    assert not thread.is_alive()
 
 
 def test_readers_see_whole_snapshots_while_the_file_churns(tmp_path: Path) -> None:
@@ -94,7 +219,8 @@ def test_readers_see_whole_snapshots_while_the_file_churns(tmp_path: Path) -> No
     while reader threads call the app: every answer is 200 with a complete array
     that is exactly one version of the file."""
     path = write_json(tmp_path / "d.json", version(0))
-    app = service.create_app(service.open_data(str(path), None, interval=0), access_log=False)
+    data = service.open_data(str(path), None, interval=0.01)
+    app = service.create_app(data, access_log=False)
     expected = {n: [q["name"] for q in version(n)["accounts"][0]["queues"]] for n in range(17)}
     stop = threading.Event()
     seen: Set[int] = set()
@@ -131,7 +257,7 @@ def test_readers_see_whole_snapshots_while_the_file_churns(tmp_path: Path) -> No
                 path.write_text(text)
             else:
                 path.write_text(text)
-            for _ in range(20):  # let the readers see it
+            for _ in range(50):  # let the readers see it
                 if n in seen:
                     break
                 threading.Event().wait(0.01)
@@ -139,6 +265,26 @@ def test_readers_see_whole_snapshots_while_the_file_churns(tmp_path: Path) -> No
         stop.set()
         for thread in threads:
             thread.join()
+        data.close()
     assert errors == []
     assert len(seen) > 8, sorted(seen)
-    assert store.load(str(path), None).accounts[0].queues[0].name == "v16-0"
+    eventually(lambda: served(data) == "v16-0")
+
+
+def test_a_file_rewritten_faster_than_the_reloader_looks_still_shows_its_versions(tmp_path: Path) -> None:
+    """A generator replaces a big file every 0.1 s; the reloader looks every 0.25 s and
+    takes a while to build each version.  Each look must serve the newest complete
+    version, not call it torn because the path moved on while it was being built."""
+    path = write_json(tmp_path / "d.json", version(0, 20000))
+    data = service.open_data(str(path), None, interval=0.25)
+    texts = [json.dumps(version(n, 20000)) for n in range(1, 31)]
+    seen = {served(data)}
+    for text in texts:
+        (tmp_path / "new.json").write_text(text)
+        os.replace(tmp_path / "new.json", path)
+        deadline = time.monotonic() + 0.1
+        while time.monotonic() < deadline:
+            seen.add(served(data))
+            time.sleep(0.01)
+    data.close()
+    assert len(seen) >= 5, sorted(seen)  # about 12 looks in 3 s; the old judge served 0 to 2

@@ -61,6 +61,13 @@ FAULTS = [
     ({"queues": [dict(Q, createdAt=-1)]}, "queues[0].createdAt: expected a non-negative integer, got -1"),
     ({"queues": [dict(Q, lag=2**53)]}, "queues[0].lag: expected an integer no larger than "
                                        "9007199254740991 (2**53 - 1), got 9007199254740992"),
+    (b'{"queues": [{"createdAt": 1, "updatedAt": 2, "name": "q", "parallelism": 1, "lag": 1%s}]}' % (b"0" * 4999),
+     "queues[0].lag: integer too long (more than 20 digits)"),
+    (b'{"queues": [{"createdAt": 1, "updatedAt": 2, "name": -1%s, "parallelism": 1, "lag": 1}]}' % (b"0" * 99),
+     "queues[0].name: expected a non-empty string, got an integer of more than 20 digits"),
+    ({"queues": [dict(Q, parallelism=10**20)]}, "queues[0].parallelism: integer too long (more than 20 digits)"),
+    ({"queues": [dict(Q, parallelism=10**20 - 1)]}, "queues[0].parallelism: expected an integer no larger than "
+                                                    "9007199254740991 (2**53 - 1), got 99999999999999999999"),
     ({"queues": [dict(Q, createdAt=5, updatedAt=4)]},
      "queues[0].updatedAt: expected a time not before createdAt (5), got 4"),
     ({"urlGroups": [dict(G, createdAt=5, updatedAt=4)]},
