@@ -271,7 +271,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="queues in the file timed against json.load (0: skip)")
     parser.add_argument("--item-queues", type=int, default=100000,
                         help="queues in the file for the per-item body memory (0: skip items)")
-    parser.add_argument("--only", choices=["items", "load"], help="run only this part")
+    parser.add_argument("--only", choices=["servers", "items", "load", "accounts", "reload", "check"],
+                        help="run only this part")
+    parser.add_argument("--reloads", type=int, default=7, help="reloads timed for each kind (default: 7)")
     parser.add_argument("--serve-baseline", metavar="RESPONSE", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_baseline:
@@ -295,7 +297,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         tmp = Path(folder)
         if args.item_queues and args.only in (None, "items"):
             item_rows(tmp, args.rounds, args.item_queues, first, summary)
-        for size in args.sizes if args.only is None else []:
+        if args.only in (None, "accounts"):
+            account_rows(tmp, args.rounds, first, summary)
+        if args.only in (None, "check"):
+            check_rows(write_data(tmp, 100000), args.rounds, first, summary)
+        if args.only in (None, "reload"):
+            reload_rows(tmp, args.reloads, first, summary)
+        for size in args.sizes if args.only in (None, "servers") else []:
             data = write_data(tmp, size)
             svc = service(data, args.threads)
             try:
@@ -335,7 +343,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                     summary.append("revalidation: requests/s 304/200 %.2f" % ratio)
             finally:
                 svc.close()
-        if args.access_log and args.only is None:
+        if args.access_log and args.only in (None, "servers"):
             data = write_data(tmp, 100)
             quiet, loud = service(data, args.threads), service(data, args.threads, quiet=False)
             try:
@@ -352,6 +360,150 @@ def main(argv: Optional[List[str]] = None) -> int:
     print()
     print("\n".join(summary))
     return 0
+
+
+def wsgi_timer(wsgi: Any, path: str, token: str, n: int = 2000) -> Callable[[], float]:
+    """Return a function that calls ``wsgi`` n times in-process and gives µs per request."""
+    from wsgiref.util import setup_testing_defaults
+
+    environ: Dict[str, Any] = {}
+    setup_testing_defaults(environ)
+    environ.update(PATH_INFO=path, QUERY_STRING="", HTTP_AUTHORIZATION="Bearer " + token)
+
+    def start_response(status: str, headers: Any, exc_info: Any = None) -> Any:
+        return None
+
+    def once() -> float:
+        started = time.perf_counter()
+        for _ in range(n):
+            for _chunk in wsgi(dict(environ), start_response):
+                pass
+        return (time.perf_counter() - started) / n * 1e6
+    return once
+
+
+def account_rows(tmp: Path, rounds: int, rows: List[str], summary: List[str]) -> None:
+    """Per-request cost of an authorised list and of an unknown token, by number of accounts."""
+    import hashlib
+
+    rows.append("| accounts in the file | authorised list, µs | ratio to 1 account | unknown token, µs | "
+                "ratio to 1 account |")
+    rows.append("|---|---|---|---|---|")
+    first: Optional[Tuple[float, float]] = None
+    for count in (1, 100, 10000, 100000):
+        document = {"accounts": [{"token": TOKEN, "queues": [{"createdAt": 1, "updatedAt": 1, "name": "q",
+                                                              "parallelism": 1, "lag": 0}]}]
+                    + [{"tokenSha256": hashlib.sha256(b"other-%d" % i).hexdigest()} for i in range(count - 1)]}
+        path = tmp / ("accounts-%d.json" % count)
+        path.write_text(json.dumps(document))
+        wsgi = app.create_app(app.open_data(str(path), None), access_log=False)
+        known, unknown = wsgi_timer(wsgi, "/v2/queues", TOKEN), wsgi_timer(wsgi, "/v2/queues", "nobody")
+        samples = [(known(), unknown()) for _ in range(rounds)]
+        k = statistics.median(t[0] for t in samples)
+        u = statistics.median(t[1] for t in samples)
+        first = first or (k, u)
+        rows.append("| %d | %.2f | %.2f | %.2f | %.2f |" % (count, k, k / first[0], u, u / first[1]))
+        if count == 10000:
+            summary.append("lookup at 10,000 accounts / 1 account: authorised %.2f, unknown token %.2f "
+                           "(target <= 1.3)" % (k / first[0], u / first[1]))
+    rows.append("")
+
+
+def check_rows(big: Path, rounds: int, rows: List[str], summary: List[str]) -> None:
+    """--check of a one-account file against a whole process that only json.loads it: CPU and peak memory."""
+    def child(args: List[str]) -> Tuple[float, float]:
+        code = ("import resource, runpy, sys; sys.argv = %r; "
+                "exec(%r)" % (args, "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+                                    "except SystemExit:\n    pass\n"))
+        # VmHWM belongs to this process's own address space; ru_maxrss would inherit ours on Linux.
+        probe = code + ("\nu = resource.getrusage(resource.RUSAGE_SELF)\n"
+                        "hwm = next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
+                        "print(u.ru_utime + u.ru_stime, hwm)")
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                             cwd=str(ROOT), env=dict(os.environ, QSTASH_TOKEN=TOKEN)).stdout.split()
+        return float(out[-2]), int(out[-1]) / 1024
+
+    loader = big.with_name("json_load.py")
+    loader.write_text("import json, sys\nwith open(sys.argv[1], 'rb') as f:\n    json.load(f)\n")
+    pairs = []
+    for _ in range(max(5, rounds // 2)):
+        pairs.append((child([str(loader), str(big)]), child([str(ROOT / "app.py"), "--check", "--data", str(big)])))
+    cpu = statistics.median(c[0] / j[0] for j, c in pairs)
+    mem = statistics.median(c[1] / j[1] for j, c in pairs)
+    rows.append("| %s (%.1f MB), whole process | CPU s | peak RSS MB |" % (big.name, big.stat().st_size / 1e6))
+    rows.append("|---|---|---|")
+    rows.append("| python: json.load only | %.3f | %.0f |" % (statistics.median(j[0] for j, _ in pairs),
+                                                             statistics.median(j[1] for j, _ in pairs)))
+    rows.append("| python app.py --check | %.3f | %.0f |" % (statistics.median(c[0] for _, c in pairs),
+                                                             statistics.median(c[1] for _, c in pairs)))
+    rows.append("| ratio | %.2f | %.2f |" % (cpu, mem))
+    rows.append("")
+    summary.append("--check of 100,000 queues / json.load, whole process: CPU %.2f, peak memory %.2f "
+                   "(target <= 3)" % (cpu, mem))
+
+
+def reload_rows(tmp: Path, reloads: int, rows: List[str], summary: List[str]) -> None:
+    """The longest wait of a small account's keep-alive requests while a 100,000-queue account reloads."""
+    import signal as signals
+
+    big = [{"createdAt": 1700000000000 + i, "updatedAt": 1700000000000 + i, "name": "queue-%06d" % i,
+            "parallelism": 1, "lag": i % 1000} for i in range(100000)]
+
+    def write(n: int) -> bytes:
+        small = {"token": "small", "queues": [{"createdAt": 1, "updatedAt": 1, "name": "v%d" % n,
+                                                "parallelism": 1, "lag": 0}]}
+        raw = json.dumps({"accounts": [small, {"token": TOKEN, "queues": big}]}).encode()
+        (tmp / "reload.tmp").write_bytes(raw)
+        os.replace(tmp / "reload.tmp", tmp / "reload.json")
+        return raw
+
+    raw = write(0)
+    parses = []
+    for _ in range(5):
+        started = time.perf_counter()
+        json.loads(raw)
+        parses.append(time.perf_counter() - started)
+    parse = statistics.median(parses)
+    server = service(tmp / "reload.json", app.DEFAULT_THREADS)
+    try:
+        results: Dict[str, List[float]] = {"noticed": [], "SIGHUP": []}
+        for n in range(1, 2 * reloads + 1):
+            kind = "noticed" if n % 2 else "SIGHUP"
+            conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+            if kind == "noticed":
+                write(n)
+            else:
+                write(n)  # a new version, and SIGHUP at once: the reloader need not wait for its look
+                server.proc.send_signal(signals.SIGHUP)
+            longest = 0.0
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                started = time.perf_counter()
+                conn.request("GET", "/v2/queues", headers={"Authorization": "Bearer small"})
+                body = conn.getresponse().read()
+                longest = max(longest, time.perf_counter() - started)
+                if b'"v%d"' % n in body:
+                    break
+            for _ in range(200):  # and a little after the swap
+                started = time.perf_counter()
+                conn.request("GET", "/v2/queues", headers={"Authorization": "Bearer small"})
+                conn.getresponse().read()
+                longest = max(longest, time.perf_counter() - started)
+            conn.close()
+            results[kind].append(longest)
+    finally:
+        server.close()
+    rows.append("| reload of a 100,000-queue account (%.1f MB) | json.loads of it, ms | longest wait of a "
+                "small account's request, ms (median of %d) | ratio |" % (len(raw) / 1e6, reloads))
+    rows.append("|---|---|---|---|")
+    for kind, waits in results.items():
+        wait = statistics.median(waits)
+        rows.append("| %s | %.0f | %.0f (each: %s) | %.2f |" % (
+            "change noticed by the reloader" if kind == "noticed" else "SIGHUP", parse * 1000, wait * 1000,
+            " ".join("%.0f" % (w * 1000) for w in waits), wait / parse))
+        summary.append("reload (%s): longest wait %.0f ms / json.loads %.0f ms = %.2f (target <= 1.5)"
+                       % (kind, wait * 1000, parse * 1000, wait / parse))
+    rows.append("")
 
 
 def item_rows(tmp: Path, rounds: int, big: int, rows: List[str], summary: List[str]) -> None:
