@@ -22,12 +22,26 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
 import time
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 from urllib.parse import quote, unquote_to_bytes
 
 
@@ -85,19 +99,31 @@ ROUTES = {"/v2/topics": Route("url_groups", "URL group"), "/v2/queues": Route("q
 #: A collection's path as requested, with or without one trailing slash -> its route's path.
 _PATHS = {path + slash: path for path in ROUTES for slash in ("", "/")}
 ALLOWED = "GET, HEAD"
-#: Bodies at least this long are sent through ``wsgi.file_wrapper`` where the server has one.
-FILE_WRAPPER_MIN = 64 * 1024
 #: Bodies shorter than this are not worth compressing.
 GZIP_MIN = 1024
 DEFAULT_THREADS = 8
-#: waitress's settings, chosen on purpose (README, "Limits"); the benchmark's baseline uses them too.
+#: waitress's settings, chosen on purpose and measured (README, "Server settings"); the
+#: benchmark's baseline and the documented waitress-serve command use them too.
 WAITRESS_SETTINGS: Dict[str, Any] = {
     "ident": "qstash-lists",  # the Server header: no version numbers
-    "channel_timeout": 30,  # close a connection idle or stalled for 30 s
+    # Bodies go to waitress by reference (wsgi.file_wrapper), so what waits for a slow reader
+    # costs next to no memory; waitress's default (16 MiB) parks a worker thread for as long as
+    # one client does not read, and a few such clients stop every other one.
+    "outbuf_high_watermark": 1 << 40,
+    "asyncore_use_poll": True,  # select() fails on descriptors above 1023; poll() does not
+    "channel_timeout": 15,  # close a connection that has sent and been sent nothing for 15 s...
+    "cleanup_interval": 5,  # ...looking every 5 s (waitress's default, 30 s, doubles the wait)
     "connection_limit": 1000,
     "max_request_header_size": 16 * 1024,  # answered with 431 above this
     "max_request_body_size": 64 * 1024,  # the API takes no request bodies
 }
+#: At most this many fields of a query are written to the access log.
+LOGGED_QUERY_FIELDS = 8
+#: Query parameters whose values may be logged: none, since the API takes no parameters and
+#: any value may be a token that a user put under the wrong name (token=, access_token=, ...).
+LOGGED_QUERY_VALUES: "frozenset[str]" = frozenset()
+#: More differently written qstash_token values than this in one query are refused unread.
+MAX_QUERY_TOKENS = 16
 
 logger = logging.getLogger("qstash_lists")
 access_logger = logging.getLogger("qstash_lists.access")
@@ -296,11 +322,13 @@ def create_app(source: "store.DataFile[Snapshot]", access_log: bool = True) -> W
                 len(data),
                 (time.perf_counter() - started) * 1000,
             )
-        if len(data) < FILE_WRAPPER_MIN:
-            return [data] if data else []
+        if not data:
+            return []
         file_wrapper = environ.get("wsgi.file_wrapper")
         if file_wrapper is None:
             return [data]
+        # By reference: a server that queues the answer for a slow reader keeps a pointer to
+        # the snapshot's bytes (BytesIO shares them), not a copy per connection.
         wrapped: Iterable[bytes] = file_wrapper(io.BytesIO(data))
         return wrapped
 
@@ -376,25 +404,35 @@ def _credential(environ: WSGIEnvironment) -> bytes:
         token = header[7:]
         if token and " " not in token and "\t" not in token:
             return _latin1(token)
-    tokens = [value for name, value in _query(query) if name == b"qstash_token"] if query else []
+    tokens = _query_tokens(query) if query else set()
     if header is not None:
         scheme, _, token = header.strip(" \t").partition(" ")
-        tokens.append(_latin1(token.lstrip(" ")) if scheme.lower() == "bearer" else b"")
+        tokens.add(_latin1(token.lstrip(" ")) if scheme.lower() == "bearer" else b"")
     if not tokens:
         raise Unauthorized(token_given=False)
-    first = tokens[0]
-    if not first or b" " in first or b"\t" in first or tokens.count(first) != len(tokens):
+    if len(tokens) > 1 or b"" in tokens:  # disagreeing, or one of them empty
         raise Unauthorized(token_given=True)
-    return first
+    return tokens.pop()  # a token with a space in it is no account's: no need to look for one
 
 
-def _query(query: str) -> List[Tuple[bytes, bytes]]:
-    """Return the query's (name, value) pairs, percent-decoded to bytes."""
-    pairs = []
-    for field in query.split("&"):
-        name, _, value = field.partition("=")
-        pairs.append((_unquote(name), _unquote(value)))
-    return pairs
+# A qstash_token field, and a field whose name has escapes (it may spell qstash_token).
+_TOKEN_FIELD = re.compile(r"(?:^|(?<=&))qstash_token(=[^&]*)?(?=&|$)")
+_ESCAPED_FIELD = re.compile(r"(?:^|(?<=&))([^&=]*%[^&=]*)(=[^&]*)?(?=&|$)")
+
+
+def _query_tokens(query: str) -> Set[bytes]:
+    """Return the distinct decoded values of the query's qstash_token fields (b"" for an empty one).
+
+    The query is scanned by regular expression, not field by field, and each
+    distinct spelling is decoded once, so a thousand repeated or unknown fields
+    cost little.  More than MAX_QUERY_TOKENS spellings are refused unread.
+    """
+    spellings = set(_TOKEN_FIELD.findall(query))
+    if "%" in query:
+        spellings.update(value for name, value in _ESCAPED_FIELD.findall(query) if _unquote(name) == b"qstash_token")
+    if len(spellings) > MAX_QUERY_TOKENS:
+        raise Unauthorized(token_given=True)
+    return {_unquote(value[1:]) for value in spellings}
 
 
 def _unquote(text: str) -> bytes:
@@ -438,18 +476,33 @@ def _matches(header: str, etag: str) -> bool:
 
 
 def _request_line(environ: WSGIEnvironment) -> str:
-    """Return 'METHOD /path?query' for the log: printable, with qstash_token redacted."""
+    """Return 'METHOD /path?query' for the log: printable, short, and with no query value in it.
+
+    Every value is redacted (but those of LOGGED_QUERY_VALUES), and so is a field
+    whose name is not a plain parameter name (a token pasted as the whole query);
+    at most LOGGED_QUERY_FIELDS fields are shown, then how many more there were.
+    """
     path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
-    line = "%s %s" % (_printable(environ.get("REQUEST_METHOD", "")), _printable(path, _PATH_SAFE))
+    line = "%s %s" % (_printable(environ.get("REQUEST_METHOD", "")), _printable(path[:1000], _PATH_SAFE))
     query = environ.get("QUERY_STRING", "")
     if query:
-        fields = query.split("&")
-        for i, field in enumerate(fields):
-            name, equals, _ = field.partition("=")
-            if equals and _unquote(name) == b"qstash_token":
-                fields[i] = name + "=[redacted]"
-        line += "?" + _printable("&".join(fields))
+        fields = query.split("&", LOGGED_QUERY_FIELDS)
+        shown = []
+        for field in fields[:LOGGED_QUERY_FIELDS]:
+            name, equals, value = field.partition("=")
+            if not equals or not _PARAMETER_NAME.fullmatch(name):
+                shown.append("[redacted]")
+            elif name in LOGGED_QUERY_VALUES:
+                shown.append(_printable(field[:100]))
+            else:
+                shown.append(name + "=[redacted]")
+        if len(fields) > LOGGED_QUERY_FIELDS:
+            shown.append("[%d more]" % (fields[-1].count("&") + 1))
+        line += "?" + "&".join(shown)
     return line
+
+
+_PARAMETER_NAME = re.compile(r"[A-Za-z0-9_.%-]{1,24}")  # longer may be a token pasted as a name
 
 
 _QUERY_SAFE = "/!$&'()*+,;=:@-._~%[]"  # a raw query keeps its escapes

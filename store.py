@@ -402,8 +402,11 @@ class _Checker:
             return hashlib.sha256(value.encode()).digest()
         value = item["tokenSha256"]
         if type(value) is not str or not _SHA256_HEX.fullmatch(value):
+            # Never show the value either: it may be the token itself, pasted in the wrong field.
+            got = "a string of %d characters" % len(value) if type(value) is str else _show(value)
             self.fault(_at(where, "tokenSha256"),
-                       "expected 64 hexadecimal digits (a SHA-256 digest), got %s" % _show(value))
+                       "expected 64 hexadecimal digits (a SHA-256 digest, printf %%s TOKEN | sha256sum), "
+                       "got %s" % got)
             return None
         return bytes.fromhex(value)
 

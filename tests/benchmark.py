@@ -111,7 +111,7 @@ def serve_baseline(response_path: str, threads: int) -> None:
     def bare(environ: Dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         start_response("200 OK", list(headers))
         wrapper = environ.get("wsgi.file_wrapper")
-        if wrapper is not None and len(body) >= app.FILE_WRAPPER_MIN:
+        if wrapper is not None:
             wrapped: Iterable[bytes] = wrapper(io.BytesIO(body))
             return wrapped
         return [body]

@@ -141,8 +141,8 @@ def run(args: List[str], env: Optional[Dict[str, str]] = None, **kwargs: Any) ->
 
 
 @contextmanager
-def serving(data: Path, *args: str, env: Optional[Dict[str, str]] = None) -> Iterator[Server]:
-    proc = run(["--port", "0", "--data", str(data)] + list(args), env)
+def serving(data: Path, *args: str, env: Optional[Dict[str, str]] = None, **popen: Any) -> Iterator[Server]:
+    proc = run(["--port", "0", "--data", str(data)] + list(args), env, **popen)
     # Never hang the suite on a server that does not come up: kill it after 30 s.
     watchdog = threading.Timer(30, proc.kill)
     watchdog.start()

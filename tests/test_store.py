@@ -125,7 +125,11 @@ FAULTS = [
      "accounts[0].token: expected a token of visible ASCII characters, with no spaces"),
     ({"accounts": [{"token": 5}]}, "accounts[0].token: expected a string"),
     ({"accounts": [{"tokenSha256": "abc"}]},
-     'accounts[0].tokenSha256: expected 64 hexadecimal digits (a SHA-256 digest), got "abc"'),
+     "accounts[0].tokenSha256: expected 64 hexadecimal digits (a SHA-256 digest, printf %s TOKEN | sha256sum), "
+     "got a string of 3 characters"),
+    ({"accounts": [{"tokenSha256": 5}]},
+     "accounts[0].tokenSha256: expected 64 hexadecimal digits (a SHA-256 digest, printf %s TOKEN | sha256sum), "
+     "got 5"),
     ({"accounts": [{"token": "a"}, {"token": "a"}]}, "accounts[1]: same token as accounts[0]"),
     ({"accounts": [{"token": "a"}, {"tokenSha256": hashlib.sha256(b"a").hexdigest().upper()}]},
      "accounts[1]: same token as accounts[0]"),

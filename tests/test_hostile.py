@@ -1,0 +1,234 @@
+"""Slow, broken and hostile clients against the real server, and gunicorn restarting a worker
+while the data file is bad.  Each case here broke the service before its fix."""
+
+import http.client
+import json
+import os
+import re
+import resource
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import pytest
+from helpers import ALPHA_QUEUE, Q_TEMPLATE, ROOT, TOKEN_A, accounts_document, eventually, run, serving, write_json
+
+import app as service
+
+SECRET = "eyJVc2VySUQiOiJzM2NyM3QiLCJQYXNzd29yZCI6Im5vcGUifQ=="
+
+
+def big_document(queues: int) -> Dict[str, Any]:
+    return {"accounts": [{"token": TOKEN_A, "queues": [dict(ALPHA_QUEUE)] + [
+        dict(Q_TEMPLATE, name="queue-%05d" % i) for i in range(queues)]}]}
+
+
+def get(host: str, port: int, path: str, token: Optional[str] = TOKEN_A,
+        timeout: float = 10) -> Tuple[int, bytes]:
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={} if token is None else {"Authorization": "Bearer " + token})
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_never_reading_pipeliners_do_not_stop_a_fresh_client(tmp_path: Path) -> None:
+    """As many clients as there are worker threads each pipeline 200 requests for a 285 KB list
+    and never read.  waitress's default output watermark (16 MiB) parked every worker for as
+    long as those clients stayed; bodies now go by reference and no worker waits for a reader."""
+    data = write_json(tmp_path / "big.json", big_document(3200))
+    request = b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n"
+    with serving(data, "--quiet", "--threads", "4") as server:
+        status, body = get(server.host, server.port, "/v2/queues")
+        assert status == 200 and len(body) > 250000
+        hogs = []
+        for _ in range(4):
+            sock = socket.create_connection((server.host, server.port), timeout=10)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(request * 200)
+            hogs.append(sock)
+        try:
+            time.sleep(1)  # let the workers take the requests
+            assert get(server.host, server.port, "/v2/queues/emails") == (200, json.dumps(
+                ALPHA_QUEUE, separators=(",", ":")).encode())
+        finally:
+            for sock in hogs:
+                sock.close()
+        code, _, err = server.stop()
+    assert code == 0 and "Traceback" not in err
+
+
+def test_descriptors_above_1023_do_not_crash_the_server(tmp_path: Path) -> None:
+    """40 inherited descriptors and 1,000 idle connections put the server's sockets above 1023,
+    where select() fails; the server polls instead, answers on them, and answers a fresh client
+    once they are gone."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2200:
+        if hard != resource.RLIM_INFINITY and hard < 2200:
+            pytest.skip("this machine allows %d descriptors" % hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (2200, hard))  # the server inherits it
+    inherited = [os.open(os.devnull, os.O_RDONLY) for _ in range(40)]
+    data = write_json(tmp_path / "data.json", accounts_document())
+    try:
+        with serving(data, "--quiet", pass_fds=inherited) as server:
+            idle = [socket.create_connection((server.host, server.port), timeout=10) for _ in range(995)]
+            try:
+                last = idle[-1]  # accepted last: the server's highest descriptor
+                last.sendall(b"GET /v2/queues/emails HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n")
+                assert last.recv(4096).startswith(b"HTTP/1.1 200 ")
+                assert server.proc.poll() is None
+                highest = max(int(fd) for fd in os.listdir("/proc/%d/fd" % server.proc.pid))
+                assert highest > 1023
+            finally:
+                for sock in idle:
+                    sock.close()
+            assert get(server.host, server.port, "/v2/queues/emails")[0] == 200
+            code, _, err = server.stop()
+    finally:
+        for fd in inherited:
+            os.close(fd)
+    assert code == 0 and "Traceback" not in err and "out of range" not in err
+
+
+def test_query_values_never_reach_the_log(tmp_path: Path) -> None:
+    data = write_json(tmp_path / "data.json", accounts_document())
+    with serving(data) as server:
+        for query in ["token=" + SECRET, "QSTASH_TOKEN=" + SECRET, "access_token=" + SECRET,
+                      "Authorization=Bearer%20" + SECRET, "qstash_token=" + SECRET, SECRET]:
+            assert get(server.host, server.port, "/v2/queues?" + query, token=None)[0] == 401
+        code, _, err = server.stop()
+    assert code == 0
+    assert err.count('"GET /v2/queues?') == 6
+    assert SECRET not in err and SECRET[:12] not in err and SECRET[-12:] not in err
+
+
+def test_a_junk_query_is_answered_correctly_and_logged_short(tmp_path: Path) -> None:
+    data = write_json(tmp_path / "data.json", accounts_document())
+    with serving(data) as server:
+        assert get(server.host, server.port, "/v2/queues/emails?" + "&".join(["qstash_token=x"] * 500),
+                   token=None)[0] == 401
+        status, body = get(server.host, server.port, "/v2/queues/emails?" + "&".join(["qstash_token=token-a"] * 500),
+                           token=None)
+        assert (status, json.loads(body)) == (200, ALPHA_QUEUE)
+        code, _, err = server.stop()
+    lines = [line for line in err.splitlines() if '"GET /v2/queues/emails?' in line]
+    assert len(lines) == 2 and all(len(line) < 300 and "[492 more]" in line for line in lines)
+
+
+def test_check_never_echoes_a_token_pasted_as_its_digest(tmp_path: Path) -> None:
+    bad = write_json(tmp_path / "data.json", {"accounts": [{"tokenSha256": SECRET}]})
+    proc = run(["--check", "--data", str(bad)])
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and out == ""
+    assert err.startswith("%s: accounts[0].tokenSha256: expected 64 hexadecimal digits" % bad)
+    assert SECRET not in err and SECRET[:12] not in err
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def children(pid: int) -> List[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry) as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def readme_command(program: str) -> List[str]:
+    """The README's command line that starts with ``program`` (after its environment variables)."""
+    text = (ROOT / "README.md").read_text()
+    match = re.search(r"^(?:\S+=\S+ )*(%s .*)$" % re.escape(program), text, re.M)
+    assert match, program
+    return shlex.split(match.group(1).replace("\\\n", " "))
+
+
+def test_gunicorn_keeps_serving_when_a_worker_restarts_while_the_file_is_bad(tmp_path: Path) -> None:
+    """gunicorn (the README's recipe, two workers) loses a worker while the data file is invalid.
+    The new worker answers 503 until the file is good, and the master stays up."""
+    data = write_json(tmp_path / "data.json", accounts_document())
+    port = free_port()
+    command = readme_command("gunicorn")
+    command = [sys.executable, "-m"] + command + ["--bind", "127.0.0.1:%d" % port]
+    env = dict(os.environ, QSTASH_LISTS_DATA=str(data), PYTHONPATH=str(ROOT))
+    env.pop("QSTASH_TOKEN", None)
+    master = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                              cwd=str(tmp_path))
+    try:
+        def answered() -> bool:
+            try:
+                return get("127.0.0.1", port, "/v2/queues/emails", timeout=2)[0] == 200
+            except OSError:
+                return False
+
+        eventually(answered, timeout=30)
+        workers = eventually(lambda: len(children(master.pid)) == 2 and children(master.pid))
+        data.write_text('{"accounts": [')  # an edit half done
+        time.sleep(1.5)  # the workers look and keep the last good version
+        os.kill(workers[0], signal.SIGKILL)
+        eventually(lambda: len(set(children(master.pid)) - set(workers)) == 1, timeout=30)
+        statuses = set()
+        for _ in range(40):
+            status, body = get("127.0.0.1", port, "/v2/queues/emails")
+            statuses.add(status)
+            if status == 503:
+                assert json.loads(body)["error"].startswith("service unavailable: the data file is not valid")
+            time.sleep(0.05)
+        assert statuses <= {200, 503} and master.poll() is None
+        document = accounts_document()
+        document["accounts"][0]["queues"][0]["lag"] = 5
+        write_json(data, document)
+        eventually(lambda: all(json.loads(get("127.0.0.1", port, "/v2/queues/emails")[1]).get("lag") == 5
+                               for _ in range(10)), timeout=30)
+        assert master.poll() is None
+    finally:
+        master.send_signal(signal.SIGTERM)
+        _, err = master.communicate(timeout=30)
+    assert master.returncode == 0, err
+    assert "%s: cannot" not in err
+    assert "%s: line 1, column 15: invalid JSON" % data in err and "serving 503 until it is valid" in err
+
+
+def test_the_readmes_waitress_serve_command_has_the_same_limits(tmp_path: Path) -> None:
+    command = readme_command("waitress-serve")
+    flags = {arg[2:].split("=")[0].replace("-", "_"): (arg.split("=", 1)[1] if "=" in arg else True)
+             for arg in command if arg.startswith("--") and not arg.startswith("--call")}
+    expected = dict(service.WAITRESS_SETTINGS, threads=service.DEFAULT_THREADS)
+    assert set(flags) >= set(expected)
+    for name, value in expected.items():
+        assert str(flags[name]).lower() == str(value).lower(), name
+    data = write_json(tmp_path / "data.json", accounts_document())
+    port = free_port()
+    env = dict(os.environ, QSTASH_LISTS_DATA=str(data), PYTHONPATH=str(ROOT))
+    args = [a for a in command[1:] if not a.startswith("--port")]
+    proc = subprocess.Popen([sys.executable, "-m", "waitress", "--port=%d" % port] + args, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
+    try:
+        def answered() -> bool:
+            try:
+                return get("127.0.0.1", port, "/v2/queues/emails", timeout=2)[0] == 200
+            except OSError:
+                return False
+
+        eventually(answered, timeout=30)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nX-Pad: " + b"a" * 20000 + b"\r\n\r\n")
+            assert sock.recv(100)[9:13] == b"431 "  # waitress's own default allows 256 KiB
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
