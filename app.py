@@ -415,21 +415,30 @@ def _credential(environ: WSGIEnvironment) -> bytes:
     return tokens.pop()  # a token with a space in it is no account's: no need to look for one
 
 
-# A qstash_token field, and a field whose name has escapes (it may spell qstash_token).
-_TOKEN_FIELD = re.compile(r"(?:^|(?<=&))qstash_token(=[^&]*)?(?=&|$)")
-_ESCAPED_FIELD = re.compile(r"(?:^|(?<=&))([^&=]*%[^&=]*)(=[^&]*)?(?=&|$)")
+# A field whose name has escapes (it may spell qstash_token), in "&" + the query.
+_ESCAPED_FIELD = re.compile(r"&([^&=]*%[^&=]*)(=[^&]*)?")
 
 
 def _query_tokens(query: str) -> Set[bytes]:
     """Return the distinct decoded values of the query's qstash_token fields (b"" for an empty one).
 
-    The query is scanned by regular expression, not field by field, and each
-    distinct spelling is decoded once, so a thousand repeated or unknown fields
+    The query is cut at each plain ``&qstash_token`` and scanned for escaped
+    names by regular expression, not read field by field in Python, and each
+    distinct spelling is decoded once: a thousand repeated or unknown fields
     cost little.  More than MAX_QUERY_TOKENS spellings are refused unread.
     """
-    spellings = set(_TOKEN_FIELD.findall(query))
+    query = "&" + query
+    spellings = set()
+    if "&qstash_token" in query:
+        for rest in set(query.split("&qstash_token")[1:]):
+            if not rest or rest[0] in "=&":  # the whole name, not qstash_tokens=
+                spellings.add(rest.partition("&")[0])
     if "%" in query:
-        spellings.update(value for name, value in _ESCAPED_FIELD.findall(query) if _unquote(name) == b"qstash_token")
+        # Only a name of 12 to 36 characters can spell qstash_token ("%71" is one letter).
+        escaped = {(name, value) for name, value in _ESCAPED_FIELD.findall(query) if 12 <= len(name) <= 36}
+        if len(escaped) > MAX_QUERY_TOKENS:
+            raise Unauthorized(token_given=True)
+        spellings.update(value for name, value in escaped if _unquote(name) == b"qstash_token")
     if len(spellings) > MAX_QUERY_TOKENS:
         raise Unauthorized(token_given=True)
     return {_unquote(value[1:]) for value in spellings}

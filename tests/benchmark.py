@@ -60,10 +60,10 @@ def write_data(folder: Path, queues: int) -> Path:
 class Server:
     """A server in a subprocess that prints its port on its first line."""
 
-    def __init__(self, args: List[str]) -> None:
+    def __init__(self, args: List[str], pin: bool = True) -> None:
         env = dict(os.environ, QSTASH_TOKEN=TOKEN)
-        self.proc = subprocess.Popen(SERVER_CPU + args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True, env=env, cwd=str(ROOT))
+        self.proc = subprocess.Popen((SERVER_CPU if pin else []) + args, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True, env=env, cwd=str(ROOT))
         line = self.proc.stdout.readline()  # type: ignore[union-attr]
         match = re.search(r"127\.0\.0\.1:(\d+)", line)
         if not match:
@@ -127,42 +127,50 @@ class Result:
         self.cpu_us: Optional[float] = None  # the server's CPU time per request
 
 
-def measure(server: Server, path: str, headers: Dict[str, str], seconds: float, connections: int) -> Result:
-    """Load ``server`` and note its CPU time per request: steadier than requests/s on a busy machine."""
+def measure(server: Server, path: str, headers: Dict[str, str], seconds: float, connections: int,
+            refused: bool = False) -> Result:
+    """Load ``server`` and note its CPU time per request: steadier than requests/s on a busy machine.
+
+    With ``refused``, every answer must be an error status (a 4xx), not a 2xx.
+    """
     before = server.cpu_seconds()
-    result = load(server.url + path, headers, seconds, connections)
+    result = load(server.url + path, headers, seconds, connections, refused=refused)
     after = server.cpu_seconds()
     if before is not None and after is not None and result.requests:
         result.cpu_us = (after - before) / result.requests * 1e6
     return result
 
 
-def load(url: str, headers: Dict[str, str], seconds: float, connections: int) -> Result:
+def load(url: str, headers: Dict[str, str], seconds: float, connections: int, pin: bool = True,
+         refused: bool = False) -> Result:
     """Drive ``url`` for ``seconds`` over ``connections`` keep-alive connections."""
     if shutil.which("wrk"):
-        return _wrk(url, headers, seconds, connections)
-    return _python_load(url, headers, seconds, connections)
+        return _wrk(url, headers, seconds, connections, pin, refused)
+    return _python_load(url, headers, seconds, connections, refused)
 
 
-def _wrk(url: str, headers: Dict[str, str], seconds: float, connections: int) -> Result:
-    args = LOAD_CPU + ["wrk", "-t1", "-c%d" % connections, "-d%ds" % max(1, round(seconds)), "--latency",
-            "--timeout", "10s"]
+def _wrk(url: str, headers: Dict[str, str], seconds: float, connections: int, pin: bool = True,
+         refused: bool = False) -> Result:
+    args = (LOAD_CPU if pin else []) + ["wrk", "-t1", "-c%d" % connections, "-d%ds" % max(1, round(seconds)),
+                                        "--latency", "--timeout", "10s"]
     for name, value in headers.items():
         args += ["-H", "%s: %s" % (name, value)]
     out = subprocess.run(args + [url], capture_output=True, text=True, timeout=seconds + 30).stdout
-    if "Non-2xx" in out or "Socket errors" in out:
-        raise SystemExit("wrk saw errors:\n" + out)
+    requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if "Socket errors" in out or (int(errors.group(1)) if errors else 0) != (requests if refused else 0):
+        raise SystemExit("wrk saw unexpected answers:\n" + out)
 
     def latency(percent: str) -> float:
         number, unit = re.search(r"^\s+%s%%\s+([\d.]+)(us|ms|s)\s*$" % percent, out, re.M).groups()  # type: ignore
         return float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     return Result(rps, latency("50"), latency("99"), requests)
 
 
-def _python_load(url: str, headers: Dict[str, str], seconds: float, connections: int) -> Result:
+def _python_load(url: str, headers: Dict[str, str], seconds: float, connections: int,
+                 refused: bool = False) -> Result:
     port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
     path = "/" + url.split("/", 3)[3] if url.count("/") > 2 else "/"
     deadline = time.monotonic() + seconds
@@ -177,7 +185,7 @@ def _python_load(url: str, headers: Dict[str, str], seconds: float, connections:
             conn.request("GET", path, headers=headers)
             response = conn.getresponse()
             response.read()
-            if response.status not in (200, 304):
+            if (response.status >= 400) != refused:
                 failures.append(str(response.status))
             mine.append(time.perf_counter() - started)
         conn.close()
@@ -195,9 +203,9 @@ def _python_load(url: str, headers: Dict[str, str], seconds: float, connections:
                   latencies[int(len(latencies) * 0.99)] * 1000, len(latencies))
 
 
-def fetch(url: str, headers: Dict[str, str]) -> Tuple[int, List[Tuple[str, str]], bytes]:
+def fetch(url: str, headers: Dict[str, str], timeout: float = 10) -> Tuple[int, List[Tuple[str, str]], bytes]:
     port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     conn.request("GET", "/" + url.split("/", 3)[3], headers=headers)
     response = conn.getresponse()
     body = response.read()
@@ -271,7 +279,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="queues in the file timed against json.load (0: skip)")
     parser.add_argument("--item-queues", type=int, default=100000,
                         help="queues in the file for the per-item body memory (0: skip items)")
-    parser.add_argument("--only", choices=["servers", "items", "load", "accounts", "reload", "check"],
+    parser.add_argument("--only", choices=["servers", "items", "load", "accounts", "reload", "check", "junk",
+                                           "hostile", "gunicorn"],
                         help="run only this part")
     parser.add_argument("--reloads", type=int, default=7, help="reloads timed for each kind (default: 7)")
     parser.add_argument("--serve-baseline", metavar="RESPONSE", help=argparse.SUPPRESS)
@@ -303,6 +312,12 @@ def main(argv: Optional[List[str]] = None) -> int:
             check_rows(write_data(tmp, 100000), args.rounds, first, summary)
         if args.only in (None, "reload"):
             reload_rows(tmp, args.reloads, first, summary)
+        if args.only in (None, "junk"):
+            junk_rows(tmp, args.rounds, args.seconds, args.connections, first, summary)
+        if args.only in (None, "hostile"):
+            hostile_rows(tmp, first, summary)
+        if args.only in (None, "gunicorn"):
+            gunicorn_rows(tmp, args.rounds, args.seconds, args.connections, first, summary)
         for size in args.sizes if args.only in (None, "servers") else []:
             data = write_data(tmp, size)
             svc = service(data, args.threads)
@@ -440,6 +455,139 @@ def check_rows(big: Path, rounds: int, rows: List[str], summary: List[str]) -> N
     rows.append("")
     summary.append("--check of 100,000 queues / json.load, whole process: CPU %.2f, peak memory %.2f "
                    "(target <= 3)" % (cpu, mem))
+
+
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    with open("/proc/%d/status" % pid) as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(field + ":")) / 1024
+
+
+def junk_rows(tmp: Path, rounds: int, seconds: float, connections: int, rows: List[str],
+              summary: List[str]) -> None:
+    """What a query of 500 fields costs the server, against one with one such field."""
+    data = write_data(tmp, 100)
+    item = "/v2/queues/queue-000050?"
+    cases = [  # name, junk path, plain path, whether both are refused (401)
+        ("500 x qstash_token=x", item + "&".join(["qstash_token=x"] * 500), item + "qstash_token=x", True),
+        ("500 x the right qstash_token", item + "&".join(["qstash_token=" + TOKEN] * 500),
+         item + "qstash_token=" + TOKEN, False),
+        ("500 unknown fields", item + "&".join("x%d=%d" % (i, i) for i in range(500)) + "&qstash_token=" + TOKEN,
+         item + "qstash_token=" + TOKEN, False),
+    ]
+    for quiet in (True, False):
+        server = service(data, app.DEFAULT_THREADS, quiet=quiet)
+        try:
+            def drive(path: str, refused: bool, server: Server = server) -> Callable[[], Result]:
+                return lambda: measure(server, path, {}, seconds, connections, refused)
+            for name, junk, plain, refused in cases:
+                _, cost = compare("junk query, log %s: %s" % ("off" if quiet else "on", name), drive(junk, refused),
+                                  drive(plain, refused), rounds, rows, "junk", "plain")
+                summary.append("server CPU per request, %s / one such field (log %s): %.2f (target <= 2)"
+                               % (name, "off" if quiet else "on", 1 / cost if cost else float("nan")))
+        finally:
+            server.close()
+    rows.append("")
+
+
+def hostile_rows(tmp: Path, rows: List[str], summary: List[str]) -> None:
+    """What never-reading and idle clients do to the server."""
+    import socket
+
+    data = write_data(tmp, 100)
+    big = write_data(tmp, 2500)  # a 285 KB list
+    request = b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n\r\n" % TOKEN.encode()
+    server = service(big, app.DEFAULT_THREADS)
+    try:
+        before = rss_mb(server.proc.pid)
+        cpu = server.cpu_seconds() or 0.0
+        hogs = []
+        for _ in range(900):
+            sock = socket.create_connection(("127.0.0.1", server.port))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(request * 200)
+            hogs.append(sock)
+        started = time.perf_counter()
+        status = fetch(server.url + "/v2/queues/queue-000001", AUTH, timeout=120)[0]
+        fresh = (time.perf_counter() - started) * 1000
+        time.sleep(3)
+        started = time.perf_counter()
+        later = fetch(server.url + "/v2/queues/queue-000001", AUTH, timeout=120)[0]
+        after = (time.perf_counter() - started) * 1000
+        cpu = (server.cpu_seconds() or 0.0) - cpu
+        peak = rss_mb(server.proc.pid, "VmHWM")
+        for sock in hogs:
+            sock.close()
+    finally:
+        server.close()
+    rows.append("| 900 connections, each pipelining 200 requests for a 285 KB list and never reading | value |")
+    rows.append("|---|---|")
+    rows.append("| server RSS before | %.0f MB |" % before)
+    rows.append("| server peak RSS with them connected | %.0f MB |" % peak)
+    rows.append("| a fresh client's request sent with theirs | %d in %.0f ms (behind the %.1f s of CPU their requests "
+                "cost) |" % (status, fresh, cpu))
+    rows.append("| a fresh client's request 3 s later | %d in %.0f ms |" % (later, after))
+    rows.append("")
+    summary.append("900 never-reading pipeliners: peak RSS %.0f MB (target < 300); a fresh client answered %d in "
+                   "%.0f ms while their requests were served, %d in %.0f ms after"
+                   % (peak, status, fresh, later, after))
+
+    server = service(data, app.DEFAULT_THREADS)
+    try:
+        limit = app.WAITRESS_SETTINGS["connection_limit"]
+        idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(limit)]
+        started = time.perf_counter()
+        status = fetch(server.url + "/v2/queues/queue-000001", AUTH, timeout=120)[0]
+        waited = time.perf_counter() - started
+        for sock in idle:
+            sock.close()
+    finally:
+        server.close()
+    rows.append("| %d idle connections (the connection limit) | value |" % limit)
+    rows.append("|---|---|")
+    rows.append("| a fresh client waits for the server to close idle ones | %d after %.1f s (channel_timeout %d s, "
+                "cleanup_interval %d s) |" % (status, waited, app.WAITRESS_SETTINGS["channel_timeout"],
+                                              app.WAITRESS_SETTINGS["cleanup_interval"]))
+    rows.append("")
+    summary.append("%d idle connections: a fresh client answered after %.1f s" % (limit, waited))
+
+
+def gunicorn_rows(tmp: Path, rounds: int, seconds: float, connections: int, rows: List[str],
+                  summary: List[str]) -> None:
+    """The README's gunicorn recipe (all cores) against one waitress process, unpinned."""
+    import socket
+
+    data = write_data(tmp, 100)
+    text = (ROOT / "README.md").read_text()
+    recipe = re.search(r"^QSTASH_TOKEN=\.\.\. (gunicorn .*)$", text, re.M)
+    assert recipe, "no gunicorn recipe in the README"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    import shlex
+    args = shlex.split(recipe.group(1))
+    env = dict(os.environ, QSTASH_TOKEN=TOKEN, QSTASH_LISTS_DATA=str(data), PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m"] + args + ["--bind", "127.0.0.1:%d" % port], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(tmp))
+    single = Server([sys.executable, "app.py", "--port", "0", "--data", str(data), "--quiet"], pin=False)
+    try:
+        url = "http://127.0.0.1:%d" % port
+        for _ in range(100):
+            try:
+                if fetch(url + "/v2/queues", AUTH)[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.1)
+
+        def drive(target: str) -> Callable[[], Result]:
+            return lambda: load(target + "/v2/queues", AUTH, seconds, connections, pin=False)
+        ratio, _ = compare("100 queues, all cores", drive(url), drive(single.url), rounds, rows,
+                           "gunicorn recipe", "one waitress process")
+        summary.append("gunicorn recipe / one waitress process, unpinned: requests/s %.2f" % ratio)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        single.close()
+    rows.append("")
 
 
 def reload_rows(tmp: Path, reloads: int, rows: List[str], summary: List[str]) -> None:
