@@ -552,6 +552,7 @@ T = TypeVar("T")
 Signature = Tuple[int, int, int, int]
 #: How often a file that changes while it is read is read again, in one look, before giving up.
 READ_ATTEMPTS = 4
+_READ_CHUNK = 1 << 24
 
 
 class FileChanging(DataError):
@@ -600,7 +601,7 @@ def _read_at_most(fd: int, limit: int) -> Optional[bytes]:
     chunks: List[bytes] = []
     total = 0
     while True:
-        chunk = os.read(fd, min(limit - total + 1, 1 << 24))
+        chunk = os.read(fd, min(limit - total + 1, _READ_CHUNK))
         if not chunk:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
         total += len(chunk)

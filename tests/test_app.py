@@ -144,6 +144,8 @@ AUTH_CASES = [
     ({}, "&".join(["qstash_token=" + "".join("%%%02X" % b if i & (1 << n) else chr(b)
                                              for n, b in enumerate(b"token-a"))
                    for i in range(16)]), 200, None),  # 16 are read
+    ({}, "qstash_tokens=token-a&qstash_token_=token-a", 401, False),  # other names
+    ({}, "&".join(["qstash%%5ftoken%s=token-a" % ("x" * i) for i in range(17)]), 401, True),  # 17 escaped names
 ]
 
 
@@ -236,6 +238,22 @@ def test_the_access_log_shows_no_query_value(data_path: Any, caplog: Any, query:
     [line] = [record.getMessage() for record in caplog.records]
     assert line.startswith('10.0.0.9 "GET /v2/queues?%s" ' % logged) and line.endswith("ms")
     assert SECRET not in line and SECRET[:10] not in line and TOKEN_A not in line
+
+
+def test_allow_listed_query_values_are_logged(data_path: Any, caplog: Any, monkeypatch: Any) -> None:
+    monkeypatch.setattr(service, "LOGGED_QUERY_VALUES", frozenset({"limit"}))
+    app = service.create_app(service.open_data(str(data_path), None))
+    with caplog.at_level(logging.INFO, "qstash_lists.access"):
+        call(app, "/v2/queues", query="limit=10&token=x")
+    assert '"GET /v2/queues?limit=10&token=[redacted]" 401' in caplog.records[0].getMessage()
+
+
+@pytest.mark.parametrize("host, loopback", [
+    ("127.0.0.1", True), ("127.5.0.1", True), ("::1", True), ("[::1]", True), ("localhost", True),
+    ("0.0.0.0", False), ("::", False), ("192.168.1.2", False), ("example.com", False), ("", False),
+])
+def test_is_loopback(host: str, loopback: bool) -> None:
+    assert service.is_loopback(host) is loopback
 
 
 def test_the_access_log_is_one_printable_line(data_path: Any, caplog: Any) -> None:

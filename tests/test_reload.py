@@ -6,6 +6,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Set
 
@@ -288,3 +289,67 @@ def test_a_file_rewritten_faster_than_the_reloader_looks_still_shows_its_version
             time.sleep(0.01)
     data.close()
     assert len(seen) >= 5, sorted(seen)  # about 12 looks in 3 s; the old judge served 0 to 2
+
+
+def test_a_file_read_in_several_chunks_is_whole(path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr(store, "_READ_CHUNK", 100)
+    raw, _ = store.read(str(path))
+    assert raw == path.read_bytes() and len(raw) > 300
+
+
+def test_a_file_that_grows_past_the_limit_while_read_is_refused(path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr(store, "_read_at_most", lambda fd, limit: None)
+    with pytest.raises(store.DataError) as info:
+        store.read(str(path))
+    assert info.value.faults == ["%s: cannot read: grew past the limit of %d bytes while being read "
+                                 "(--max-size, QSTASH_LISTS_MAX_SIZE)" % (path, store.DEFAULT_MAX_SIZE)]
+
+
+def test_the_interval_must_be_positive(path: Path) -> None:
+    with pytest.raises(ValueError):
+        service.open_data(str(path), None, interval=0)
+
+
+def test_a_fault_in_the_build_is_logged_and_the_last_good_version_kept(path: Path, caplog: Any) -> None:
+    builds: List[int] = []
+
+    def build(raw: bytes) -> int:
+        builds.append(1)
+        if len(builds) > 1:
+            raise RuntimeError("a bug")
+        return len(raw)
+
+    data = store.DataFile(str(path), build, interval=3600)
+    with caplog.at_level(logging.ERROR, "qstash_lists"):
+        assert data.refresh(force=True) is False
+    assert data.current() == len(path.read_bytes())
+    assert "%s: reload failed; keeping the last good version" % path in caplog.text and "RuntimeError" in caplog.text
+
+
+def test_a_data_file_nobody_holds_stops_its_reloader(path: Path) -> None:
+    data = service.open_data(str(path), None, interval=0.01)
+    thread = data._thread
+    del data
+    eventually(lambda: not thread.is_alive())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_gets_a_reloader_of_its_own(path: Path) -> None:
+    """gunicorn --preload loads the app in the master and forks workers: threads do not survive a fork."""
+    data = service.open_data(str(path), None, interval=0.05)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: forking a threaded process, as gunicorn does
+        pid = os.fork()
+    if pid == 0:  # the child: report through the exit status only
+        ok = False
+        try:
+            write_json(path, version(2, 1))
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and not ok:
+                ok = data._thread.is_alive() and served(data) == "v2-0"
+                time.sleep(0.02)
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    data.close()
+    assert os.WEXITSTATUS(status) == 0

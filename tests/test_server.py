@@ -226,3 +226,16 @@ def test_a_fifo_swapped_in_while_serving_neither_hangs_it_nor_replaces_the_data(
     assert code == 0
     assert err.count("%s: cannot read: not a regular file but a FIFO" % path) == 1
     assert "Traceback" not in err
+
+
+def test_a_port_in_use_is_one_line(data_path: Path) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = run(["--port", str(port), "--data", str(data_path)])
+        out, err = proc.communicate(timeout=30)
+    assert (proc.returncode, out) == (2, "")
+    assert err.startswith("cannot listen on 127.0.0.1 port %d: " % port) and err.count("\n") == 1
