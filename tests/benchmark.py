@@ -542,13 +542,35 @@ def hostile_rows(tmp: Path, rows: List[str], summary: List[str]) -> None:
             sock.close()
     finally:
         server.close()
-    rows.append("| %d idle connections (the connection limit) | value |" % limit)
+    rows.append("| idle and trickling connections | value |")
     rows.append("|---|---|")
-    rows.append("| a fresh client waits for the server to close idle ones | %d after %.1f s (channel_timeout %d s, "
-                "cleanup_interval %d s) |" % (status, waited, app.WAITRESS_SETTINGS["channel_timeout"],
-                                              app.WAITRESS_SETTINGS["cleanup_interval"]))
-    rows.append("")
+    rows.append("| %d idle ones (the connection limit): a fresh client waits for the server to close them | %d "
+                "after %.1f s (channel_timeout %d s, cleanup_interval %d s) |"
+                % (limit, status, waited, app.WAITRESS_SETTINGS["channel_timeout"],
+                   app.WAITRESS_SETTINGS["cleanup_interval"]))
     summary.append("%d idle connections: a fresh client answered after %.1f s" % (limit, waited))
+
+    server = service(data, app.DEFAULT_THREADS)
+    try:  # one byte every second: never idle, so never closed by channel_timeout
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.settimeout(0.01)
+        trickle = b"GET /v2/queues HTTP/1.1\r\nX-Slow: " + b"a" * 60
+        open_for = 0
+        for i, byte in enumerate(trickle[:40]):
+            sock.sendall(bytes([byte]))
+            time.sleep(1)
+            try:
+                if sock.recv(1) == b"":
+                    break
+            except socket.timeout:
+                open_for = i + 1
+        sock.close()
+    finally:
+        server.close()
+    rows.append("| a client sending one byte a second | still connected after %d s (channel_timeout %d s) |"
+                % (open_for, app.WAITRESS_SETTINGS["channel_timeout"]))
+    rows.append("")
+    summary.append("a trickling client: still connected after %d s" % open_for)
 
 
 def gunicorn_rows(tmp: Path, rounds: int, seconds: float, connections: int, rows: List[str],
@@ -657,25 +679,6 @@ def reload_rows(tmp: Path, reloads: int, rows: List[str], summary: List[str]) ->
 def item_rows(tmp: Path, rounds: int, big: int, rows: List[str], summary: List[str]) -> None:
     """Time one GET of an item against one of the list, in-process, at 10 and 10,000 queues;
     then the memory that per-item bodies add at ``big`` queues."""
-    from wsgiref.util import setup_testing_defaults
-
-    def timer(wsgi: Any, path: str) -> Callable[[], float]:
-        environ: Dict[str, Any] = {}
-        setup_testing_defaults(environ)
-        environ.update(PATH_INFO=path, QUERY_STRING="", HTTP_AUTHORIZATION=AUTH["Authorization"])
-
-        def start_response(status: str, headers: Any, exc_info: Any = None) -> Any:
-            return None
-
-        def once() -> float:
-            n = 2000
-            started = time.perf_counter()
-            for _ in range(n):
-                for _chunk in wsgi(dict(environ), start_response):
-                    pass
-            return (time.perf_counter() - started) / n * 1e6
-        return once
-
     rows.append("| in-process, µs per request (median of %d rounds of 2,000) | list | get one item | "
                 "get / list |" % rounds)
     rows.append("|---|---|---|---|")
@@ -683,7 +686,7 @@ def item_rows(tmp: Path, rounds: int, big: int, rows: List[str], summary: List[s
     for size in (10, 10000):
         wsgi = app.create_app(app.open_data(str(write_data(tmp, size)), TOKEN), access_log=False)
         name = "/v2/queues/queue-%06d" % (size // 2)
-        timers = (timer(wsgi, "/v2/queues"), timer(wsgi, name))
+        timers = (wsgi_timer(wsgi, "/v2/queues", TOKEN), wsgi_timer(wsgi, name, TOKEN))
         samples: List[Tuple[float, float]] = [(timers[0](), timers[1]()) for _ in range(rounds)]
         listed = statistics.median(t[0] for t in samples)
         gets[size] = statistics.median(t[1] for t in samples)

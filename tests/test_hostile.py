@@ -150,6 +150,17 @@ def children(pid: int) -> List[int]:
     return found
 
 
+def wait_until_answered(port: int) -> None:
+    """Wait for a server that is starting on ``port`` to answer."""
+    def answered() -> bool:
+        try:
+            return get("127.0.0.1", port, "/v2/queues/emails", timeout=2)[0] == 200
+        except OSError:
+            return False
+
+    eventually(answered, timeout=30)
+
+
 def readme_command(program: str) -> List[str]:
     """The README's command line that starts with ``program`` (after its environment variables)."""
     text = (ROOT / "README.md").read_text()
@@ -170,13 +181,7 @@ def test_gunicorn_keeps_serving_when_a_worker_restarts_while_the_file_is_bad(tmp
     master = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                               cwd=str(tmp_path))
     try:
-        def answered() -> bool:
-            try:
-                return get("127.0.0.1", port, "/v2/queues/emails", timeout=2)[0] == 200
-            except OSError:
-                return False
-
-        eventually(answered, timeout=30)
+        wait_until_answered(port)
         workers = eventually(lambda: len(children(master.pid)) == 2 and children(master.pid))
         data.write_text('{"accounts": [')  # an edit half done
         time.sleep(1.5)  # the workers look and keep the last good version
@@ -219,13 +224,7 @@ def test_the_readmes_waitress_serve_command_has_the_same_limits(tmp_path: Path) 
     proc = subprocess.Popen([sys.executable, "-m", "waitress", "--port=%d" % port] + args, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
     try:
-        def answered() -> bool:
-            try:
-                return get("127.0.0.1", port, "/v2/queues/emails", timeout=2)[0] == 200
-            except OSError:
-                return False
-
-        eventually(answered, timeout=30)
+        wait_until_answered(port)
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             sock.sendall(b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nX-Pad: " + b"a" * 20000 + b"\r\n\r\n")
             assert sock.recv(100)[9:13] == b"431 "  # waitress's own default allows 256 KiB
