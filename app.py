@@ -1,14 +1,19 @@
-"""qstash-lists: QStash's ``GET /v2/topics`` and ``GET /v2/queues``, served from a JSON file.
+"""qstash-lists: QStash's URL groups and queues, read-only, served from a JSON file.
 
+It answers ``GET /v2/topics``, ``GET /v2/queues`` and one item of each by name
+(``/v2/topics/{urlGroupName}``, ``/v2/queues/{queueName}``), behind bearer-token auth.
 Serve (under waitress)::
 
-    python app.py [--host 127.0.0.1] [--port 8080] [--data data.json] [--threads N] [--quiet]
+    python app.py [--host 127.0.0.1] [--port 8080] [--data data.json] [--threads 8]
+                  [--max-size 64M] [--quiet]
     python app.py --check [--data data.json]
+    python app.py --example > data.json
 
-Embed: ``app:make_app`` is a factory for ``waitress-serve --call`` and other WSGI
-servers (it reads ``QSTASH_LISTS_DATA`` and ``QSTASH_TOKEN``); ``create_app`` builds
-the callable from a :class:`store.DataFile` you made yourself.  Standard library
-only; waitress is imported only to serve.
+Embed: ``make_app`` is the factory for ``waitress-serve --call``, gunicorn and other
+WSGI servers (it reads ``QSTASH_LISTS_DATA``, ``QSTASH_TOKEN`` and
+``QSTASH_LISTS_MAX_SIZE``); ``create_app`` builds the callable from a
+:class:`store.DataFile` you opened with :func:`open_data`.  Standard library only;
+waitress is imported only to serve.
 """
 
 import argparse
@@ -102,7 +107,7 @@ ALLOWED = "GET, HEAD"
 #: Bodies shorter than this are not worth compressing.
 GZIP_MIN = 1024
 DEFAULT_THREADS = 8
-#: waitress's settings, chosen on purpose and measured (README, "Server settings"); the
+#: waitress's settings, chosen on purpose and measured (README, "Deploying for a team"); the
 #: benchmark's baseline and the documented waitress-serve command use them too.
 WAITRESS_SETTINGS: Dict[str, Any] = {
     "ident": "qstash-lists",  # the Server header: no version numbers

@@ -3,8 +3,9 @@
 The file holds one account (``{"urlGroups": [...], "queues": [...]}``, whose
 token the caller supplies) or several (``{"accounts": [{"token": ...}, ...]}``).
 It becomes dataclasses, or a :class:`DataError` that lists every fault
-with its exact place.  :class:`DataFile` keeps the last good snapshot of a file
-that people edit while the service runs.  Nothing here knows about HTTP.
+with its exact place.  :func:`read` reads a data file without ever blocking, and
+:class:`DataFile` keeps the last good snapshot of a file that people edit while the
+service runs, reloaded by a thread of its own.  Nothing here knows about HTTP.
 
 Check a file from the shell with ``python app.py --check --data FILE``.
 """
@@ -705,7 +706,9 @@ class DataFile(Generic[T]):
         self._snapshot = _without_gc(self._build, raw)
 
     def _reject(self, exc: DataError, outcome: str) -> None:
-        if self._signature is None:
+        if isinstance(exc, FileChanging):
+            self._signature = None  # not judged: the next look reads it again
+        elif self._signature is None:
             self._signature = self._look()  # what could not be read is reported once too
         for fault in exc.faults:
             logger.error("%s", fault)
