@@ -356,7 +356,11 @@ def test_a_forked_child_gets_a_reloader_of_its_own(path: Path) -> None:
 
 
 def test_a_file_changing_at_start_up_is_read_at_the_next_look(path: Path, monkeypatch: Any) -> None:
-    monkeypatch.setattr(store, "_read_at_most", lambda fd, limit: (os.utime(path), b"{")[1])  # touched each time
+    def touched(fd: int, limit: int) -> bytes:
+        os.utime(path)  # a writer is at it each time it is read
+        return b"{"
+
+    monkeypatch.setattr(store, "_read_at_most", touched)
     data = service.open_data(str(path), None, interval=3600, required=False)
     assert data.current() is None
     monkeypatch.undo()
