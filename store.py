@@ -212,6 +212,7 @@ class Store:
             _plural(queues, "queue"),
         )
 
+
 def check_token(token: str) -> Optional[str]:
     """Return why ``token`` cannot be used as a bearer token, or None if it can."""
     if not token:
