@@ -572,7 +572,8 @@ def _configured_token(env: Mapping[str, str]) -> Optional[str]:
 def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, str]] = None) -> int:
     """Run the command line: serve under waitress, ``--check`` a data file, or print ``--example``."""
     env = os.environ if environ is None else environ
-    args = _parser(env).parse_args(argv)
+    parser = _parser(env)
+    args = parser.parse_args(argv)
     if args.example:
         print(json.dumps(store.EXAMPLE, indent=2))
         return 0
@@ -593,7 +594,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         faults = exc.faults
         if not os.path.lexists(args.data):
             faults = ["%s: no such file; to start from the example: %s --example > %s"
-                      % (args.data, _parser(env).prog, args.data)]
+                      % (args.data, parser.prog, args.data)]
         return _fail(faults)
     try:
         return _serve(args, data)
