@@ -4,24 +4,21 @@ It answers ``GET /v2/topics``, ``GET /v2/queues`` and one item of each by name
 (``/v2/topics/{urlGroupName}``, ``/v2/queues/{queueName}``), behind bearer-token auth.
 Serve (under waitress)::
 
-    python app.py [--host 127.0.0.1] [--port 8080] [--data data.json] [--threads 8]
-                  [--max-size 64M] [--quiet]
+    python app.py [--host 127.0.0.1] [--port 8080] [--data data.json] [--quiet] ...
     python app.py --check [--data data.json]
     python app.py --example > data.json
 
-Embed: ``make_app`` is the factory for ``waitress-serve --call``, gunicorn and other
-WSGI servers (it reads ``QSTASH_LISTS_DATA``, ``QSTASH_TOKEN`` and
-``QSTASH_LISTS_MAX_SIZE``); ``create_app`` builds the callable from a
-:class:`store.DataFile` you opened with :func:`open_data`.  Standard library only;
-waitress is imported only to serve.
+Embed: ``make_app`` is the factory for ``waitress-serve --call``, gunicorn, uWSGI and
+other WSGI servers (it reads the environment variables of SETTINGS); ``create_app``
+builds the callable from a :class:`store.DataFile` you opened with :func:`open_data`.
+Standard library only; waitress is imported only to serve.
 """
 
+from __future__ import annotations
+
 import argparse
-import functools
 import gzip
 import hashlib
-import importlib
-import importlib.util
 import io
 import ipaddress
 import json
@@ -33,54 +30,28 @@ import sys
 import threading
 import time
 from http import HTTPStatus
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Callable,
-    Dict,
-    Iterable,
-    List,
-    Mapping,
-    NamedTuple,
-    Optional,
-    Sequence,
-    Set,
-    Tuple,
-)
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 from urllib.parse import quote, unquote_to_bytes
-
-
-def _import_store() -> Any:
-    """Return the store module that sits beside this file, without touching sys.path.
-
-    Inside a package (vendored, or installed as ``qstash_lists``) that is the
-    sibling module.  As a script or a top-level module it is ``store`` from
-    sys.path when that is the file beside this one; if another module named
-    ``store`` comes first, this one's is loaded under a name of its own.
-    """
-    if __package__:
-        return importlib.import_module(".store", __package__)
-    beside = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "store.py"))
-    spec = importlib.util.find_spec("store")
-    if spec is not None and spec.origin and os.path.realpath(spec.origin) == beside:
-        return importlib.import_module("store")
-    spec = importlib.util.spec_from_file_location("qstash_lists_store", beside)
-    if spec is None or spec.loader is None:
-        raise ImportError("cannot load %s" % beside)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
 
 if TYPE_CHECKING:
     import store
-else:
-    store = _import_store()
-DataError = store.DataError
+elif __package__:  # inside a package: vendored, or installed as qstash_lists
+    from . import store
+else:  # a script or a top-level module: the store.py beside this file, even if another "store" comes first
+    import importlib.util
+
+    _beside = os.path.join(os.path.dirname(os.path.realpath(__file__)), "store.py")
+    _spec = importlib.util.find_spec("store")
+    if _spec is not None and _spec.origin and os.path.realpath(_spec.origin) == _beside:
+        import store
+    else:
+        _spec = importlib.util.spec_from_file_location("qstash_lists_store", _beside)
+        store = importlib.util.module_from_spec(_spec)
+        sys.modules[_spec.name] = store  # dataclasses look their module up there
+        _spec.loader.exec_module(store)
 
 __version__ = "0.2.0"
-__all__ = ["DEV_TOKEN", "HTTPError", "Snapshot", "create_app", "main", "make_app", "open_data"]
+__all__ = ["DEV_TOKEN", "SETTINGS", "HTTPError", "Snapshot", "create_app", "main", "make_app", "open_data"]
 
 Headers = List[Tuple[str, str]]
 StartResponse = Callable[..., Callable[[bytes], object]]
@@ -106,9 +77,8 @@ _PATHS = {path + slash: path for path in ROUTES for slash in ("", "/")}
 ALLOWED = "GET, HEAD"
 #: Bodies shorter than this are not worth compressing.
 GZIP_MIN = 1024
-DEFAULT_THREADS = 8
-#: waitress's settings, chosen on purpose and measured (README, "Deploying for a team"); the
-#: benchmark's baseline and the documented waitress-serve command use them too.
+#: waitress's settings, chosen on purpose and measured (docs/deploying.md); the benchmark's
+#: baseline and the documented waitress-serve command use them too.
 WAITRESS_SETTINGS: Dict[str, Any] = {
     "ident": "qstash-lists",  # the Server header: no version numbers
     # Bodies go to waitress by reference (wsgi.file_wrapper), so what waits for a slow reader
@@ -126,38 +96,301 @@ WAITRESS_SETTINGS: Dict[str, Any] = {
 LOGGED_QUERY_FIELDS = 8
 #: Query parameters whose values may be logged: none, since the API takes no parameters and
 #: any value may be a token that a user put under the wrong name (token=, access_token=, ...).
-LOGGED_QUERY_VALUES: "frozenset[str]" = frozenset()
+LOGGED_QUERY_VALUES: frozenset[str] = frozenset()
 #: More differently written qstash_token values than this in one query are refused unread.
 MAX_QUERY_TOKENS = 16
+#: A name longer than this is cut short where a message repeats it.
+SHOWN_NAME = 100
 
 logger = logging.getLogger("qstash_lists")
 access_logger = logging.getLogger("qstash_lists.access")
 
 
+class Setting(NamedTuple):
+    """One setting: its option and environment variable (either may be None), default, parser and help."""
+
+    option: Optional[str]
+    env: Optional[str]
+    default: Optional[str]
+    parse: Callable[[str], Any]
+    help: str
+
+
+def _token(text: str) -> str:
+    if text.startswith("Bearer "):
+        raise ValueError("drop the word 'Bearer': the variable holds the token alone")
+    problem = store.check_token(text)
+    if problem is not None:
+        raise ValueError(problem)
+    return text
+
+
+def _whole(low: int, high: Optional[int] = None) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not (text.isascii() and text.isdigit()) or int(text) < low or (high is not None and int(text) > high):
+            raise ValueError("expected a whole number from %d%s" % (low, " to %d" % high if high else " up"))
+        return int(text)
+
+    return parse
+
+
+def _size(text: str) -> int:
+    digits, unit = (text[:-1], text[-1].upper()) if text[-1:].isalpha() else (text, "")
+    if unit not in ("", "K", "M", "G") or not (digits.isascii() and digits.isdigit()) or int(digits) < 1:
+        raise ValueError("expected a size in bytes such as 64M (K, M or G may follow the number)")
+    return int(digits) << {"": 0, "K": 10, "M": 20, "G": 30}[unit]
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text) if text.isascii() else 0.0
+    except ValueError:
+        value = 0.0
+    if not 0.01 <= value <= 3600:  # NaN too
+        raise ValueError("expected a number of seconds from 0.01 to 3600")
+    return value
+
+
+#: Every setting, read in one place (read_settings) by main, make_app and --help, as
+#: waitress's Adjustments are.  The command line wins over the environment, which wins over
+#: the default.  Nothing else is read.
+SETTINGS: Dict[str, Setting] = {
+    "data": Setting("--data", "QSTASH_LISTS_DATA", "data.json", str, "the data file"),
+    "token": Setting(None, "QSTASH_TOKEN", None, _token,
+                     "the token of a one-account data file (without it, on loopback only, the dev token "
+                     "that 'qstash dev' documents)"),
+    "max_size": Setting("--max-size", "QSTASH_LISTS_MAX_SIZE", "64M", _size,
+                        "refuse a data file larger than this many bytes; K, M or G may follow"),
+    "interval": Setting("--interval", "QSTASH_LISTS_INTERVAL", "1", _seconds,
+                        "seconds between looks at the data file (SIGHUP: look now)"),
+    "host": Setting("--host", None, "127.0.0.1", str, "address to listen on"),
+    "port": Setting("--port", None, "8080", _whole(0, 65535), "port; 0 picks a free one"),
+    "threads": Setting("--threads", None, "8", _whole(1), "waitress worker threads"),
+}
+
+
+class ConfigError(Exception):
+    """A setting that cannot be used: one line that names it and says what it expects."""
+
+
+def read_settings(environ: Mapping[str, str], args: Optional[argparse.Namespace] = None) -> Dict[str, Any]:
+    """Return every setting of SETTINGS, parsed; raise ConfigError naming the first bad one.
+
+    ``args`` holds what the command line gave (None where it gave nothing).
+    A value is never repeated in the message: it may be a secret.
+    """
+    settings = {}
+    for key, setting in SETTINGS.items():
+        text, source = getattr(args, key, None), setting.option
+        if text is None and setting.env is not None and setting.env in environ:
+            text, source = environ[setting.env], setting.env
+        if text is None:
+            text = setting.default
+        try:
+            settings[key] = None if text is None else setting.parse(text)
+        except ValueError as exc:
+            raise ConfigError("%s: %s" % (source, exc)) from None
+    return settings
+
+
+def open_data(path: str, token: Optional[str], interval: float = 1.0, *, fallback: Optional[str] = None,
+              max_size: int = store.DEFAULT_MAX_SIZE, required: bool = True) -> store.DataFile[Snapshot]:
+    """Load the data file at ``path`` and keep it fresh (see :class:`store.DataFile`).
+
+    ``token`` is the token of a one-account file (``fallback`` if it is None);
+    see :func:`store.parse`.  Raise DataError if the file is bad, unless not
+    ``required``: then the app answers 503 until a good version appears.
+    """
+    return store.DataFile(path, lambda raw: Snapshot(store.parse(raw, path, token, fallback)), interval,
+                          max_size=max_size, required=required)
+
+
+def create_app(source: store.DataFile[Snapshot], access_log: bool = True) -> WSGIApplication:
+    """Return the WSGI callable that serves the snapshots of ``source``."""
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        started = time.perf_counter() if access_log else 0.0
+        exc_info = why = None
+        try:
+            snapshot = source.current()
+            if snapshot is None:
+                raise Unavailable()
+            status, headers, data = respond(environ, snapshot)
+        except HTTPError as err:
+            (status, headers, data), why = err.render(), err.why
+        except Exception:
+            logger.exception("error while answering %s", _request_line(environ))
+            status, headers, data = HTTPError().render()
+            exc_info = sys.exc_info()
+        start_response(status, headers, exc_info)
+        if environ.get("REQUEST_METHOD") == "HEAD":
+            data = b""  # the same headers as GET, errors included, and never a body (RFC 9110, 9.3.2)
+        if access_log:
+            access_logger.info('%s "%s" %s %d %.2fms%s', environ.get("REMOTE_ADDR", "-"), _request_line(environ),
+                               status[:3], len(data), (time.perf_counter() - started) * 1000,
+                               "" if why is None else " (%s)" % why)
+        if not data:
+            return []
+        file_wrapper = environ.get("wsgi.file_wrapper")
+        if file_wrapper is None:
+            return [data]
+        # By reference: a server that queues the answer for a slow reader keeps a pointer to
+        # the snapshot's bytes (BytesIO shares them), not a copy per connection.
+        wrapped: Iterable[bytes] = file_wrapper(io.BytesIO(data))
+        return wrapped
+
+    return app
+
+
+def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
+    """Build the app from the environment (the variables of SETTINGS).
+
+    This is the factory for ``waitress-serve --call app:make_app``, gunicorn,
+    uWSGI and other servers.  It cannot know the address it will listen on, so
+    it never falls back to the dev token.  What only the environment can fix (a
+    bad setting, a one-account file without QSTASH_TOKEN) stops the server: one
+    line on stderr and SystemExit(3), which gunicorn reports as a worker that
+    failed to boot instead of booting it again.  A data file that is bad or
+    missing does not: the app answers 503 and loads the file once it is good,
+    so a server restarting a worker at the wrong moment keeps running.
+    Where no one else handles SIGHUP, it makes the reloader look now.
+    """
+    # uWSGI keeps its own handlers out of Python's sight (getsignal says SIG_DFL): leave them be.
+    if (hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGHUP) == signal.SIG_DFL and "uwsgi" not in sys.modules):
+        signal.signal(signal.SIGHUP, _wake_all)
+    try:
+        settings = read_settings(os.environ if environ is None else environ)
+        try:
+            data = _open(settings, None, required=True)
+        except store.TokenMissing:
+            raise
+        except store.DataError:
+            data = _open(settings, None, required=False)  # logged; served as 503 until it is good
+    except (ConfigError, store.TokenMissing) as exc:
+        print(_token_missing(settings["data"]) if isinstance(exc, store.TokenMissing) else exc, file=sys.stderr)
+        raise SystemExit(3) from None
+    except KeyboardInterrupt:  # Ctrl-C during the first load: a stop, not a traceback
+        raise SystemExit(130) from None
+    return create_app(data)
+
+
+def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, str]] = None) -> int:
+    """Run the command line: serve under waitress, ``--check`` a data file, or print ``--example``."""
+    env = os.environ if environ is None else environ
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.example:
+        print(json.dumps(store.EXAMPLE, indent=2))
+        return 0
+    try:
+        settings = read_settings(env, args)
+    except ConfigError as exc:
+        return _fail([str(exc)])
+    path = settings["data"]
+    # The dev token stands in for QSTASH_TOKEN only where no one else can reach the server.
+    fallback = DEV_TOKEN if args.check or is_loopback(settings["host"]) else None
+    try:
+        if args.check:  # one read and one parse: no bodies to encode, no reloader
+            loaded = store.load(path, settings["token"], fallback, settings["max_size"])
+            print("%s: OK: %s" % (path, loaded.summary()))
+            return 0
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_UTCFormatter("%(asctime)s %(message)s"))
+        logging.basicConfig(level=logging.INFO, handlers=[handler])
+        _handle_signals()  # before the first load: a signal during it must neither kill nor trace back
+        data = _open(settings, fallback, required=True)
+    except store.TokenMissing:
+        return _fail([_token_missing(path), "The built-in dev token serves only a loopback address."])
+    except store.DataError as exc:
+        if os.path.lexists(path):
+            return _fail(exc.faults)
+        return _fail(["%s: no such file; to start from the example: %s --example > %s"
+                      % (os.path.abspath(path), parser.prog, path)])
+    try:
+        return _serve(settings, args.quiet, data)
+    finally:
+        data.close()
+
+
+def _open(settings: Mapping[str, Any], fallback: Optional[str], required: bool) -> store.DataFile[Snapshot]:
+    return open_data(settings["data"], settings["token"], settings["interval"], fallback=fallback,
+                     max_size=settings["max_size"], required=required)
+
+
+def _token_missing(path: str) -> str:
+    return "%s: holds a single account, and QSTASH_TOKEN is not set: set it to the token its clients send" % path
+
+
+def _handle_signals() -> None:
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(0)  # waitress's run() closes its sockets and threads on the way out
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, _wake_all)
+
+
+def _wake_all(signum: int, frame: Any) -> None:
+    """SIGHUP: have every reloader look at its data file now (a signal handler only sets events)."""
+    store.wake_all()
+
+
+def _serve(settings: Mapping[str, Any], quiet: bool, data: store.DataFile[Snapshot]) -> int:
+    """Serve ``data`` under waitress until SIGTERM or Ctrl-C."""
+    try:
+        from waitress import create_server
+    except ImportError:
+        return _fail(["waitress is not installed: python -m pip install waitress"])
+    host, port = settings["host"], settings["port"]
+    try:
+        server = create_server(create_app(data, access_log=not quiet), host=host, port=port,
+                               threads=settings["threads"], **WAITRESS_SETTINGS)
+    except (OSError, ValueError) as exc:
+        return _fail(["cannot listen on %s port %d: %s; stop what uses it, or choose another port "
+                      "(--port 0 picks a free one)" % (host, port, exc)])
+    urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in _listening(server)]
+    snapshot = data.current()
+    assert snapshot is not None  # open_data raised otherwise
+    loaded = snapshot.store
+    print("qstash-lists %s serving %s (%s) on %s" % (__version__, settings["data"], loaded.summary(), " ".join(urls)))
+    print("export QSTASH_URL=%s" % urls[0])
+    if not loaded.single_account:
+        print("# QSTASH_TOKEN: accounts from the data file; use your account's token")
+    elif loaded.fallback_used:
+        print("export QSTASH_TOKEN=%s  # the built-in dev token: QSTASH_TOKEN is not set (loopback only)"
+              % DEV_TOKEN)
+    else:
+        print("# QSTASH_TOKEN: the one set in this server's environment (not shown)")
+    sys.stdout.flush()
+    server.run()
+    return 0
+
+
+# Request handling ------------------------------------------------------------------------------
+
+
 class HTTPError(Exception):
-    """An error answer: a status, a JSON ``{"error": message}`` body, extra headers."""
+    """An error answer: a status, a JSON ``{"error": message}`` body, extra headers.
+
+    ``why`` says more for the access log only (never to the client).
+    """
 
     status = HTTPStatus.INTERNAL_SERVER_ERROR
     message = "internal server error; the server log has the details"
 
-    def __init__(self, headers: Sequence[Tuple[str, str]] = ()) -> None:
+    def __init__(self, headers: Sequence[Tuple[str, str]] = (), why: Optional[str] = None) -> None:
         super().__init__(self.message)
         self.headers = list(headers)
+        self.why = why
 
     def render(self) -> Tuple[str, Headers, bytes]:
         """Return the status line, headers and body of this error."""
-        body = _error_body(self.message)
-        headers = [
-            ("Content-Type", "application/json"),
-            ("Content-Length", str(len(body))),
-            ("X-Content-Type-Options", "nosniff"),
-        ]
+        body = json.dumps({"error": self.message}, separators=(",", ":")).encode()
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+                   ("X-Content-Type-Options", "nosniff")]
         return "%d %s" % (self.status, self.status.phrase), headers + self.headers, body
-
-
-@functools.lru_cache(maxsize=256)  # bounded: a missing item's message names what was asked for
-def _error_body(message: str) -> bytes:
-    return json.dumps({"error": message}, separators=(",", ":")).encode()
 
 
 class NotFound(HTTPError):
@@ -172,24 +405,24 @@ class NoSuchItem(NotFound):
     """An item path whose name is not in the token's account (nor, as far as it can tell, anywhere)."""
 
     def __init__(self, noun: str, name: str) -> None:
-        shown = name if len(name) <= 100 else name[:100] + "..."
+        shown = name if len(name) <= SHOWN_NAME else name[:SHOWN_NAME] + "..."
         self.message = "not found: no %s named %s" % (noun, json.dumps(shown))
-        super().__init__()
+        super().__init__(why="no such %s" % noun)
 
 
 class Unavailable(HTTPError):
     """No good version of the data file has been loaded yet (see make_app)."""
 
     status = HTTPStatus.SERVICE_UNAVAILABLE
-    message = ("service unavailable: the data file is not valid yet; the server log says why, "
-               "and the server loads it as soon as it is fixed")
+    message = ("service unavailable: the server's data file cannot be served yet; the server log names "
+               "the fault and its fix, and the file is served as soon as it is good")
 
     def __init__(self) -> None:
-        super().__init__([("Retry-After", "1")])
+        super().__init__([("Retry-After", "1")], why="no good data file yet")
 
 
 class MethodNotAllowed(HTTPError):
-    """A method other than GET or HEAD on a known path."""
+    """A method other than GET or HEAD on a known path (RFC 9110, 15.5.6: with Allow)."""
 
     status = HTTPStatus.METHOD_NOT_ALLOWED
     message = "method not allowed: this server is read-only; it answers only GET and HEAD"
@@ -199,19 +432,18 @@ class MethodNotAllowed(HTTPError):
 
 
 class Unauthorized(HTTPError):
-    """No credential, or one that is malformed or unknown: one answer for all."""
+    """No credential, or one that is malformed or unknown: one answer for all, the reason in the log only.
+
+    The challenge says ``error="invalid_token"`` when a credential was sent (RFC 6750, 3.1).
+    """
 
     status = HTTPStatus.UNAUTHORIZED
-    message = (
-        "unauthorized: send your QStash token as 'Authorization: Bearer <token>' "
-        "or as the qstash_token query parameter"
-    )
+    message = ("unauthorized: send your QStash token as 'Authorization: Bearer <token>' "
+               "or as the qstash_token query parameter")
 
-    def __init__(self, token_given: bool) -> None:
-        challenge = 'Bearer realm="qstash"'
-        if token_given:
-            challenge += ', error="invalid_token"'
-        super().__init__([("WWW-Authenticate", challenge)])
+    def __init__(self, why: str) -> None:
+        challenge = 'Bearer realm="qstash"' + ('' if why == "no credential" else ', error="invalid_token"')
+        super().__init__([("WWW-Authenticate", challenge)], why)
 
 
 class Representation:
@@ -222,6 +454,8 @@ class Representation:
     def __init__(self, data: bytes, etag: str, vary: bool, encoding: Optional[str] = None) -> None:
         self.data = data
         self.etag = etag
+        # A 304 carries what the 200 would have of these (RFC 9110, 15.4.5); Vary when the body
+        # depends on Accept-Encoding (12.5.5).
         cache = [("ETag", etag), ("Cache-Control", "no-cache"), ("X-Content-Type-Options", "nosniff")]
         if vary:
             cache.append(("Vary", "Accept-Encoding"))
@@ -231,11 +465,11 @@ class Representation:
             self.headers.append(("Content-Encoding", encoding))
 
 
-_gzip_lock = threading.Lock()  # threads that ask at once for the same gzip body wait for one compression
-
-
 class Body:
-    """One response body, encoded once per snapshot; gzip-compressed on first demand."""
+    """One response body, encoded once per snapshot; gzip-compressed on first demand.
+
+    Its ETag is a digest of the bytes: any change, even one that keeps the length, is another tag.
+    """
 
     __slots__ = ("compressible", "identity", "_gzip")
 
@@ -247,11 +481,9 @@ class Body:
 
     def gzipped(self) -> Representation:
         """Return the gzip representation, compressing on first use."""
-        if self._gzip is None:
-            with _gzip_lock:
-                if self._gzip is None:
-                    data = gzip.compress(self.identity.data, compresslevel=6, mtime=0)
-                    self._gzip = Representation(data, self.identity.etag[:-1] + '-gzip"', True, "gzip")
+        if self._gzip is None:  # two threads may both compress it: the same bytes, and one is kept
+            data = gzip.compress(self.identity.data, compresslevel=6, mtime=0)
+            self._gzip = Representation(data, self.identity.etag[:-1] + '-gzip"', True, "gzip")
         return self._gzip
 
 
@@ -286,60 +518,6 @@ class Snapshot:
         return body
 
 
-def open_data(path: str, token: Optional[str], interval: float = 1.0, *, fallback: Optional[str] = None,
-              max_size: int = store.DEFAULT_MAX_SIZE, required: bool = True) -> "store.DataFile[Snapshot]":
-    """Load the data file at ``path`` and keep it fresh (see :class:`store.DataFile`).
-
-    ``token`` is the token of a one-account file (``fallback`` if it is None);
-    see :func:`store.parse`.  Raise DataError if the file is bad, unless not
-    ``required``: then the app answers 503 until a good version appears.
-    """
-    return store.DataFile(path, lambda raw: Snapshot(store.parse(raw, path, token, fallback)), interval,
-                          max_size=max_size, required=required)
-
-
-def create_app(source: "store.DataFile[Snapshot]", access_log: bool = True) -> WSGIApplication:
-    """Return the WSGI callable that serves the snapshots of ``source``."""
-
-    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        started = time.perf_counter() if access_log else 0.0
-        exc_info = None
-        try:
-            snapshot = source.current()
-            if snapshot is None:
-                raise Unavailable()
-            status, headers, data = respond(environ, snapshot)
-        except HTTPError as err:
-            status, headers, data = err.render()
-        except Exception:
-            logger.exception("error while answering %s", _request_line(environ))
-            status, headers, data = HTTPError().render()
-            exc_info = sys.exc_info()
-        start_response(status, headers, exc_info)
-        if environ.get("REQUEST_METHOD") == "HEAD":
-            data = b""  # the same headers as GET, errors included, and never a body
-        if access_log:
-            access_logger.info(
-                '%s "%s" %s %d %.2fms',
-                environ.get("REMOTE_ADDR", "-"),
-                _request_line(environ),
-                status[:3],
-                len(data),
-                (time.perf_counter() - started) * 1000,
-            )
-        if not data:
-            return []
-        file_wrapper = environ.get("wsgi.file_wrapper")
-        if file_wrapper is None:
-            return [data]
-        # By reference: a server that queues the answer for a slow reader keeps a pointer to
-        # the snapshot's bytes (BytesIO shares them), not a copy per connection.
-        wrapped: Iterable[bytes] = file_wrapper(io.BytesIO(data))
-        return wrapped
-
-    return app
-
-
 def respond(environ: WSGIEnvironment, snapshot: Snapshot) -> Tuple[str, Headers, bytes]:
     """Answer one request from ``snapshot``: route, method, auth, then the body."""
     path_info = environ.get("PATH_INFO", "")
@@ -351,7 +529,7 @@ def respond(environ: WSGIEnvironment, snapshot: Snapshot) -> Tuple[str, Headers,
         raise MethodNotAllowed()
     account = snapshot.store.find(_credential(environ))
     if account is None:
-        raise Unauthorized(token_given=True)
+        raise Unauthorized("unknown token")
     body = snapshot.lists[account.token_sha256, path] if name is None else snapshot.item(account, path, name)
 
     chosen = body.identity
@@ -371,33 +549,35 @@ def _item_path(environ: WSGIEnvironment, path_info: str) -> Tuple[str, str]:
     The name is the one segment after the collection's path (a trailing slash
     is dropped, as on the lists), percent-decoded once.  The server has already
     decoded PATH_INFO, where an escaped slash (``%2F``) looks like a separator;
-    the raw request URI, where the server passes it on, tells the two apart.
+    the raw request URI, where the server passes it on, tells the two apart, and
+    an escaped slash anywhere else in the path makes it no path of ours.
     """
     parts = path_info.split("/", 3)  # "", "v2", "queues", "<name>" -- split once, look up twice
     path = "/".join(parts[:3])
     if len(parts) < 4 or path not in ROUTES:
         raise NotFound()
-    rest = _latin1(parts[3])
-    raw = environ.get("REQUEST_URI") or environ.get("RAW_URI")  # waitress, uWSGI / gunicorn
-    segment = None
-    if raw:
-        raw_path = raw.partition("?")[0].partition("#")[0]
-        trailing = raw_path.endswith("/")
-        decoded = unquote_to_bytes(_latin1((raw_path[:-1] if trailing else raw_path).rpartition("/")[2]))
-        if decoded + (b"/" if trailing else b"") == rest:
-            segment = decoded
-    if segment is None:  # no raw URI, or one that does not end with this path: PATH_INFO alone
-        segment = rest[:-1] if rest.endswith(b"/") else rest
-        if b"/" in segment:
+    raw = (environ.get("REQUEST_URI") or environ.get("RAW_URI") or "").partition("?")[0]  # waitress, uWSGI; gunicorn
+    if raw and unquote_to_bytes(_latin1(raw)).endswith(_latin1(path_info)):  # this request as it arrived
+        head, _, segment = (raw[:-1] if raw.endswith("/") else raw).rpartition("/")
+        if [_unquote_segment(piece) for piece in head.split("/")[-2:]] != parts[1:3]:
             raise NotFound()
-    if not segment:
+        name = unquote_to_bytes(_latin1(segment))
+    else:  # no raw URI, or one that a dispatcher rewrote: PATH_INFO alone
+        name = _latin1(parts[3][:-1] if parts[3].endswith("/") else parts[3])
+        if b"/" in name:
+            raise NotFound()
+    if not name:
         raise NotFound()
     # Names are UTF-8 in the URL; bytes that are not cannot name anything, and stay visible as escapes.
-    return path, segment.decode("utf-8", "backslashreplace")
+    return path, name.decode("utf-8", "backslashreplace")
+
+
+def _unquote_segment(piece: str) -> str:
+    return unquote_to_bytes(_latin1(piece)).decode("latin-1")
 
 
 def _credential(environ: WSGIEnvironment) -> bytes:
-    """Return the request's one token, or raise Unauthorized.
+    """Return the request's one token, or raise Unauthorized with the reason.
 
     A request may carry its token in the Authorization header, in qstash_token
     query parameters, or in several of these; every one must be well formed and
@@ -412,19 +592,24 @@ def _credential(environ: WSGIEnvironment) -> bytes:
     tokens = _query_tokens(query) if query else set()
     if header is not None:
         scheme, _, token = header.strip(" \t").partition(" ")
-        tokens.add(_latin1(token.lstrip(" ")) if scheme.lower() == "bearer" else b"")
+        if scheme.lower() != "bearer":  # the scheme is case-insensitive (RFC 9110, 11.1)
+            raise Unauthorized("not a Bearer header")
+        tokens.add(_latin1(token.lstrip(" ")))
     if not tokens:
-        raise Unauthorized(token_given=False)
-    if len(tokens) > 1 or b"" in tokens:  # disagreeing, or one of them empty
-        raise Unauthorized(token_given=True)
-    return tokens.pop()  # a token with a space in it is no account's: no need to look for one
+        raise Unauthorized("no credential")
+    if len(tokens) > 1:
+        raise Unauthorized("tokens disagree" if b"" not in tokens else "malformed")
+    token = tokens.pop()
+    if not token or b" " in token or b"\t" in token:  # no account's token has one
+        raise Unauthorized("malformed")
+    return token
 
 
 # A field whose name has escapes (it may spell qstash_token), in "&" + the query.
 _ESCAPED_FIELD = re.compile(r"&([^&=]*%[^&=]*)(=[^&]*)?")
 
 
-def _query_tokens(query: str) -> Set[bytes]:
+def _query_tokens(query: str) -> set[bytes]:
     """Return the distinct decoded values of the query's qstash_token fields (b"" for an empty one).
 
     The query is cut at each plain ``&qstash_token`` and scanned for escaped
@@ -442,14 +627,15 @@ def _query_tokens(query: str) -> Set[bytes]:
         # Only a name of 12 to 36 characters can spell qstash_token ("%71" is one letter).
         escaped = {(name, value) for name, value in _ESCAPED_FIELD.findall(query) if 12 <= len(name) <= 36}
         if len(escaped) > MAX_QUERY_TOKENS:
-            raise Unauthorized(token_given=True)
+            raise Unauthorized("malformed")
         spellings.update(value for name, value in escaped if _unquote(name) == b"qstash_token")
     if len(spellings) > MAX_QUERY_TOKENS:
-        raise Unauthorized(token_given=True)
+        raise Unauthorized("malformed")
     return {_unquote(value[1:]) for value in spellings}
 
 
 def _unquote(text: str) -> bytes:
+    """Decode a query field: "+" is a space, then percent-escapes (as HTML forms write them)."""
     return unquote_to_bytes(_latin1(text).replace(b"+", b" "))
 
 
@@ -460,7 +646,7 @@ def _latin1(text: str) -> bytes:
 
 
 def _accepts_gzip(header: str) -> bool:
-    """Tell whether an Accept-Encoding value admits gzip (RFC 9110: q=0 refuses; gzip beats *)."""
+    """Tell whether an Accept-Encoding value admits gzip (RFC 9110, 12.5.3: q=0 refuses; gzip beats *)."""
     star = False
     for item in header.split(","):
         coding, *params = item.split(";")
@@ -481,7 +667,7 @@ def _accepts_gzip(header: str) -> bool:
 
 
 def _matches(header: str, etag: str) -> bool:
-    """Tell whether If-None-Match names ``etag`` (weak comparison, as RFC 9110 says)."""
+    """Tell whether If-None-Match names ``etag`` (weak comparison, RFC 9110, 13.1.2)."""
     for tag in header.split(","):
         tag = tag.strip()
         if tag == "*" or (tag[2:] if tag.startswith("W/") else tag) == etag:
@@ -490,14 +676,18 @@ def _matches(header: str, etag: str) -> bool:
 
 
 def _request_line(environ: WSGIEnvironment) -> str:
-    """Return 'METHOD /path?query' for the log: printable, short, and with no query value in it.
+    """Return 'METHOD /path?query' for the log: the path as it arrived, printable, short, no query value.
 
     Every value is redacted (but those of LOGGED_QUERY_VALUES), and so is a field
     whose name is not a plain parameter name (a token pasted as the whole query);
     at most LOGGED_QUERY_FIELDS fields are shown, then how many more there were.
     """
-    path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
-    line = "%s %s" % (_printable(environ.get("REQUEST_METHOD", "")), _printable(path[:1000], _PATH_SAFE))
+    raw = (environ.get("REQUEST_URI") or environ.get("RAW_URI") or "").partition("?")[0]
+    if raw:  # escapes as sent: /v2/queues/a%2Fb is not /v2/queues/a/b
+        path = _printable(raw[:1000])
+    else:
+        path = _printable((environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", ""))[:1000], _PATH_SAFE)
+    line = "%s %s" % (_printable(environ.get("REQUEST_METHOD", "")), path)
     query = environ.get("QUERY_STRING", "")
     if query:
         fields = query.split("&", LOGGED_QUERY_FIELDS)
@@ -517,15 +707,16 @@ def _request_line(environ: WSGIEnvironment) -> str:
 
 
 _PARAMETER_NAME = re.compile(r"[A-Za-z0-9_.%-]{1,24}")  # longer may be a token pasted as a name
-
-
-_QUERY_SAFE = "/!$&'()*+,;=:@-._~%[]"  # a raw query keeps its escapes
+_QUERY_SAFE = "/!$&'()*+,;=:@-._~%[]"  # a raw query or path keeps its escapes
 _PATH_SAFE = _QUERY_SAFE.replace("%", "")  # a decoded path's "%" is itself escaped
 
 
 def _printable(text: str, safe: str = _QUERY_SAFE) -> str:
     """Percent-encode all but printable ASCII in ``safe``, so a log line stays one line."""
     return quote(_latin1(text), safe=safe)
+
+
+# Helpers ------------------------------------------------------------------------------------------
 
 
 def is_loopback(host: str) -> bool:
@@ -536,117 +727,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
-    """Build the app from the environment: ``QSTASH_LISTS_DATA``, ``QSTASH_TOKEN``, ``QSTASH_LISTS_MAX_SIZE``.
-
-    This is the factory for ``waitress-serve --call app:make_app``, gunicorn and
-    other servers.  It cannot know the address it will listen on, so it never
-    falls back to the dev token: a one-account file needs ``QSTASH_TOKEN``.  A
-    data file that is bad or missing does not stop it: the app answers 503 and
-    loads the file once it is good, so a server restarting a worker at the
-    wrong moment keeps running.  A bad setting is one line on stderr and
-    SystemExit(2), which servers report without a traceback.
-    """
-    env = os.environ if environ is None else environ
-    try:
-        token = _configured_token(env)
-        max_size = size(env.get("QSTASH_LISTS_MAX_SIZE", store.DEFAULT_MAX_SIZE))
-    except (DataError, argparse.ArgumentTypeError) as exc:
-        lines = exc.faults if isinstance(exc, DataError) else ["QSTASH_LISTS_MAX_SIZE: %s" % exc]
-        raise SystemExit(_fail(lines)) from None
-    path = env.get("QSTASH_LISTS_DATA", "data.json")
-    return create_app(open_data(path, token, max_size=max_size, required=False))
-
-
-def _configured_token(env: Mapping[str, str]) -> Optional[str]:
-    """Return ``QSTASH_TOKEN`` (None if unset); raise DataError if it cannot be a bearer token."""
-    token = env.get("QSTASH_TOKEN")
-    problem = None if token is None else store.check_token(token)
-    if problem is not None:
-        raise DataError(["QSTASH_TOKEN: %s" % problem])
-    return token
-
-
-def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, str]] = None) -> int:
-    """Run the command line: serve under waitress, ``--check`` a data file, or print ``--example``."""
-    env = os.environ if environ is None else environ
-    parser = _parser(env)
-    args = parser.parse_args(argv)
-    if args.example:
-        print(json.dumps(store.EXAMPLE, indent=2))
-        return 0
-    try:
-        token = _configured_token(env)
-        # The dev token stands in for QSTASH_TOKEN only where no one else can reach the server.
-        fallback = DEV_TOKEN if args.check or is_loopback(args.host) else None
-        if args.check:  # one read and one parse: no bodies to encode, no reloader
-            print("%s: OK: %s" % (args.data, store.load(args.data, token, fallback, args.max_size).summary()))
-            return 0
-        data = open_data(args.data, token, fallback=fallback, max_size=args.max_size)
-    except store.TokenMissing:
-        return _fail([
-            "%s: holds a single account, and QSTASH_TOKEN is not set" % args.data,
-            "The built-in dev token serves only a loopback address: set QSTASH_TOKEN to serve on others.",
-        ])
-    except DataError as exc:
-        faults = exc.faults
-        if not os.path.lexists(args.data):
-            faults = ["%s: no such file; to start from the example: %s --example > %s"
-                      % (args.data, parser.prog, args.data)]
-        return _fail(faults)
-    try:
-        return _serve(args, data)
-    finally:
-        data.close()
-
-
-def _serve(args: argparse.Namespace, data: "store.DataFile[Snapshot]") -> int:
-    """Serve ``data`` under waitress until SIGTERM or Ctrl-C."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_UTCFormatter("%(asctime)s %(message)s"))
-    logging.basicConfig(level=logging.INFO, handlers=[handler])
-    try:
-        from waitress import create_server
-    except ImportError:
-        return _fail(["waitress is not installed: python -m pip install waitress"])
-    try:
-        server = create_server(
-            create_app(data, access_log=not args.quiet),
-            host=args.host,
-            port=args.port,
-            threads=args.threads,
-            **WAITRESS_SETTINGS,
-        )
-    except (OSError, ValueError) as exc:
-        return _fail(["cannot listen on %s port %d: %s" % (args.host, args.port, exc)])
-
-    def stop(signum: int, frame: Any) -> None:
-        raise SystemExit(0)  # waitress's run() closes its sockets and threads on the way out
-
-    # Before the banner: whoever reads it may signal us at once.
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    if hasattr(signal, "SIGHUP"):
-        signal.signal(signal.SIGHUP, lambda signum, frame: data.wake())  # the reloader does the work
-
-    urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in _listening(server)]
-    snapshot = data.current()
-    assert snapshot is not None  # open_data raised otherwise
-    loaded = snapshot.store
-    print("qstash-lists %s serving %s (%s) on %s" % (__version__, args.data, loaded.summary(), " ".join(urls)))
-    print("export QSTASH_URL=%s" % urls[0])
-    if not loaded.single_account:
-        print("# QSTASH_TOKEN: accounts from the data file; use your account's token")
-    elif loaded.fallback_used:
-        print("export QSTASH_TOKEN=%s  # the built-in dev token: QSTASH_TOKEN is not set (loopback only)"
-              % DEV_TOKEN)
-    else:
-        print("# QSTASH_TOKEN: the one set in this server's environment (not shown)")
-    sys.stdout.flush()
-    server.run()
-    return 0
 
 
 class _UTCFormatter(logging.Formatter):
@@ -663,57 +743,36 @@ def _listening(server: Any) -> List[Tuple[str, int]]:
     return [(server.effective_host, server.effective_port)]
 
 
-def _parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
-    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+def _program() -> str:
+    """The command as it was run, for --help, --version and hints."""
+    if __name__ != "__main__":
+        return "qstash-lists"  # the console script
+    if __spec__ is not None:
+        return "python -m " + __spec__.name
+    return "python " + os.path.basename(sys.argv[0])
+
+
+def _parser() -> argparse.ArgumentParser:
+    environment = ["%s: %s (%s)" % (s.env, s.help, "for " + s.option if s.option else "default: " + str(s.default))
+                   for s in SETTINGS.values() if s.env]
     parser = argparse.ArgumentParser(
-        prog="python " + script if script.endswith(".py") else "qstash-lists",
+        prog=_program(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Serve QStash's URL groups and queues (GET /v2/topics, /v2/queues and one of each "
                     "by name) from a JSON data file.",
-        epilog="environment: QSTASH_TOKEN, the token of a one-account data file (without it, on "
-               "loopback, the dev token that 'qstash dev' documents); QSTASH_LISTS_DATA, the "
-               "default for --data; QSTASH_LISTS_MAX_SIZE, the default for --max-size.  Nothing "
-               "else is read.  SIGHUP makes the server look at the data file at once.",
+        epilog="environment (the command line wins; nothing else is read):\n  " + "\n  ".join(environment)
+               + "\nsignals: SIGHUP makes the server look at the data file at once; SIGTERM or Ctrl-C stops it.",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    parser.add_argument("--port", type=port, default=8080, help="port; 0 picks a free one (default: %(default)s)")
-    parser.add_argument("--data", default=env.get("QSTASH_LISTS_DATA", "data.json"),
-                        help="the data file (default: $QSTASH_LISTS_DATA, else data.json; now %(default)s)")
-    parser.add_argument("--max-size", type=size, default=env.get("QSTASH_LISTS_MAX_SIZE", store.DEFAULT_MAX_SIZE),
-                        help="refuse a data file larger than this many bytes; K, M or G may follow "
-                             "(default: $QSTASH_LISTS_MAX_SIZE, else %d, 64M)" % store.DEFAULT_MAX_SIZE)
-    parser.add_argument("--threads", type=count, default=DEFAULT_THREADS,
-                        help="waitress worker threads (default: %(default)s)")
+    for key, setting in SETTINGS.items():
+        if setting.option:
+            default = ("$%s, else %s" % (setting.env, setting.default)) if setting.env else setting.default
+            parser.add_argument(setting.option, dest=key, metavar=key.upper(),
+                                help="%s (default: %s)" % (setting.help, default))
     parser.add_argument("--quiet", action="store_true", help="no access log (default: log each request)")
     parser.add_argument("--check", action="store_true", help="validate the data file, print a summary and exit")
     parser.add_argument("--example", action="store_true", help="print an example data file and exit")
     parser.add_argument("--version", action="version", version="%(prog)s " + __version__)
     return parser
-
-
-def port(text: str) -> int:
-    """Parse a TCP port for --port (argparse names this function in its errors)."""
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError("expected 0 to 65535")
-    return value
-
-
-def size(text: Any) -> int:
-    """Parse a size in bytes for --max-size: a whole number, optionally followed by K, M or G (binary)."""
-    if isinstance(text, int):
-        return text
-    digits, unit = (text[:-1], text[-1].upper()) if text[-1:].isalpha() else (text, "")
-    if unit not in ("", "K", "M", "G") or not digits.isdigit() or int(digits) < 1:
-        raise argparse.ArgumentTypeError("expected a size in bytes such as 64M")
-    return int(digits) << {"": 0, "K": 10, "M": 20, "G": 30}[unit]
-
-
-def count(text: str) -> int:
-    """Parse a whole number of at least 1 for --threads."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("expected a whole number of at least 1")
-    return value
 
 
 def _fail(lines: Sequence[str]) -> int:

@@ -23,25 +23,11 @@ import weakref
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _json_string  # the json module's string escaper
 from operator import itemgetter
-from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar, Union
 from urllib.parse import urlsplit
 
-__all__ = [
-    "Account",
-    "DataError",
-    "DataFile",
-    "Endpoint",
-    "FileChanging",
-    "Queue",
-    "Store",
-    "TokenMissing",
-    "UrlGroup",
-    "check_token",
-    "encode",
-    "load",
-    "parse",
-    "read",
-]
+__all__ = ["Account", "DataError", "DataFile", "Endpoint", "FileChanging", "Queue", "Store", "TokenMissing",
+           "UrlGroup", "check_token", "encode", "load", "megabytes", "parse", "read", "wake_all"]
 
 logger = logging.getLogger("qstash_lists")
 
@@ -64,7 +50,7 @@ EXAMPLE: Dict[str, Any] = {
     ],
 }
 #: A data file larger than this is refused (``--max-size``, ``QSTASH_LISTS_MAX_SIZE``).  Loading
-#: takes about 7 times a file's size in memory: 64 MiB is some 400,000 queues and 450 MB.
+#: takes several times a file's size in memory (tests/benchmark.py measures it).
 DEFAULT_MAX_SIZE = 64 * 1024 * 1024
 #: An integer of more digits than this is refused as "too long", the same on every Python
 #: (3.11 and later refuse over 4,300 digits while parsing; earlier ones parse any length).
@@ -74,21 +60,42 @@ _TOO_LONG = 10**MAX_DIGITS
 MAX_SAFE_INTEGER = 2**53 - 1
 #: How many faults one report lists before it stops counting them out.
 MAX_FAULTS = 50
+#: How often a file that changes while it is read is read again, in one look, before giving up.
+READ_ATTEMPTS = 4
+_READ_CHUNK = 1 << 24
 _GROUP_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _TOKEN = re.compile(r"[!-~]+")  # visible ASCII: what fits in "Bearer <token>"
+_GROUP_KEYS = frozenset(("createdAt", "updatedAt", "name", "endpoints"))
+_ENDPOINT_KEYS = frozenset(("url", "name"))
+_QUEUE_KEYS = frozenset(("createdAt", "updatedAt", "name", "parallelism", "lag", "paused"))
+_QUEUE_FIELDS = itemgetter("createdAt", "updatedAt", "name", "parallelism", "lag")
+_GROUP_FIELDS = itemgetter("createdAt", "updatedAt", "name", "endpoints")
+
+T = TypeVar("T")
+#: What tells one version of a file from another: inode, device, size, mtime and ctime.  A
+#: writer can set the mtime back (``cp -p``, ``tar``, reproducible builds), never the ctime.
+Signature = Tuple[int, int, int, int, int]
 
 
 class DataError(Exception):
-    """A data file that cannot be served; ``faults`` holds one line per fault."""
+    """A data file that cannot be served; ``faults`` holds one line per fault.
 
-    def __init__(self, faults: List[str]) -> None:
+    ``signature`` is that of the version judged, where one was (see read).
+    """
+
+    def __init__(self, faults: List[str], signature: Optional[Signature] = None) -> None:
         super().__init__("\n".join(faults))
         self.faults = faults
+        self.signature = signature
 
 
 class TokenMissing(DataError):
     """A file in the one-account form, loaded without a token for that account."""
+
+
+class FileChanging(DataError):
+    """The file changed each time it was read: a writer is busy with it."""
 
 
 # Endpoint, UrlGroup and Queue are not frozen: a frozen dataclass sets each field
@@ -222,6 +229,13 @@ def check_token(token: str) -> Optional[str]:
     return None
 
 
+def megabytes(size: int) -> str:
+    """Return a size for a message: in MB (of 2**20 bytes, as ``--max-size 64M``), or in bytes below 0.1 MB."""
+    if size < 0x19999:
+        return "%d bytes" % size
+    return ("%.1f" % (size / 0x100000)).removesuffix(".0") + " MB"
+
+
 def load(path: str, token: Optional[str], fallback: Optional[str] = None,
          max_size: int = DEFAULT_MAX_SIZE) -> Store:
     """Read (see :func:`read`) and validate the data file at ``path``; raise DataError on any fault.
@@ -268,10 +282,230 @@ def parse(raw: bytes, source: str, token: Optional[str], fallback: Optional[str]
     return Store(accounts, checker.single_account, fallback_used)
 
 
-_QUEUE_FIELDS = itemgetter("createdAt", "updatedAt", "name", "parallelism", "lag")
-_GROUP_KEYS = frozenset(("createdAt", "updatedAt", "name", "endpoints"))
-_GROUP_FIELDS = itemgetter("createdAt", "updatedAt", "name", "endpoints")
-_ENDPOINT_KEYS = frozenset(("url", "name"))
+def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> Tuple[bytes, Signature]:
+    """Return the bytes of the data file at ``path`` and the signature of the version read.
+
+    Never blocks: the file is opened with O_NONBLOCK and must be a regular file
+    (not a FIFO, a device or a directory) of at most ``max_size`` bytes, judged
+    by ``fstat`` on the opened descriptor, so a symlink is judged by its target.
+    A version that changes while it is read (by the same descriptor's ``fstat``
+    before and after) is read again; FileChanging if it keeps changing.  Each
+    refusal is a DataError of one line, whose ``signature`` is the version it
+    judged (None when it could not open the file, or it kept changing).
+    """
+    for _ in range(READ_ATTEMPTS):
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
+        try:
+            before = os.fstat(fd)
+            judged = _signature(before)
+            if not stat.S_ISREG(before.st_mode):
+                raise DataError(["%s: cannot read: not a regular file but %s" % (path, _file_kind(before.st_mode))],
+                                judged)
+            if before.st_size > max_size:
+                raise DataError(["%s: cannot read: %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE)"
+                                 % (path, megabytes(before.st_size), megabytes(max_size))], judged)
+            raw = _read_at_most(fd, max_size)
+            if raw is None:
+                raise DataError(["%s: cannot read: grew past the limit of %s while being read "
+                                 "(--max-size, QSTASH_LISTS_MAX_SIZE)" % (path, megabytes(max_size))], judged)
+            after = os.fstat(fd)
+        except OSError as exc:
+            raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
+        finally:
+            os.close(fd)
+        # A writer at work shows in the signature, or (within one tick of a coarse clock) in the length.
+        if _signature(after) == judged and len(raw) == after.st_size:
+            return raw, judged
+        time.sleep(0.02)  # give the writer a moment
+    raise FileChanging(["%s: changed each time it was read (%d times); looking again later" % (path, READ_ATTEMPTS)])
+
+
+class DataFile(Generic[T]):
+    """The last good snapshot of a data file that may change while it is served.
+
+    A reloader thread of its own looks at the file's signature every ``interval``
+    seconds and, when it changed, reads the file and builds a new snapshot with
+    ``build(raw)`` aside, then puts it in service whole.  Requests only read
+    :meth:`current`: they never wait for a load or a look.  A version that
+    ``build`` rejects with DataError, or that cannot be read, is logged once and
+    the last good snapshot stays in service.  :meth:`wake` asks for a look now,
+    whatever the signature says (SIGHUP); :meth:`close` stops the thread.
+
+    Every process has its own reloader: a process forked from this one (by
+    ``os.fork``, gunicorn, or uWSGI without Python's fork hooks) starts one at the
+    fork or at its first :meth:`current`, whichever comes first, and looks at once.
+
+    The first load happens in the constructor: its DataError is raised when
+    ``required``; otherwise it is logged, :meth:`current` returns None until a
+    good version appears, and the reloader keeps looking.
+    """
+
+    def __init__(self, path: str, build: Callable[[bytes], T], interval: float = 1.0, *,
+                 max_size: int = DEFAULT_MAX_SIZE, required: bool = True) -> None:
+        if interval <= 0:
+            raise ValueError("interval must be positive")
+        self.path = path
+        self.interval = interval
+        self.max_size = max_size
+        self._build = build
+        #: The signature of the version last judged, and the snapshot in service: one owner, _load.
+        self._state: Tuple[Optional[Signature], Optional[T]] = (None, None)
+        self._pid = 0  # the process whose reloader runs: none yet
+        self._starting: Dict[int, int] = {}  # pid -> the thread that starts that process's reloader
+        self._closed = False
+        fault = self._load()
+        if fault is not None:
+            if required:
+                raise fault
+            self._report(fault)
+        self._start()
+        _open_files.add(self)
+
+    def current(self) -> Optional[T]:
+        """Return the newest good snapshot (None only if there has never been one)."""
+        if self._pid != os.getpid() and not self._closed:  # a fork that ran no fork hook (uWSGI)
+            self._start()
+        return self._state[1]
+
+    def wake(self) -> None:
+        """Have the reloader look at the file now and reload it even if it looks unchanged."""
+        self._wake.set()
+
+    def close(self) -> None:
+        """Stop the reloader thread."""
+        self._closed = True
+        self._wake.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def refresh(self, force: bool = False) -> bool:
+        """Look now, from this thread: load the file if it changed (always with ``force``).
+
+        Return whether a new snapshot went into service.  The reloader calls
+        this; tests and embedders may too.
+        """
+        with self._lock:
+            if not force and _stat(self.path) == self._state[0]:
+                return False
+            fault = self._load()
+            if fault is None:
+                logger.info("%s: reloaded", self.path)
+                return True
+            self._report(fault)
+            return False
+
+    def _load(self) -> Optional[DataError]:
+        """Read and build the file; return its fault, if any.  Callers hold the lock (or are the constructor).
+
+        The signature judged and the snapshot in service change together, here
+        only, so nothing ever pairs one version's signature with another's
+        snapshot: not a look, not a failure, not a process forked meanwhile.
+        """
+        signature = None
+        try:
+            raw, signature = read(self.path, self.max_size)
+            self._state = (signature, _without_gc(self._build, raw))
+            return None
+        except DataError as exc:
+            fault = exc
+        except Exception:
+            logger.exception("%s: cannot build a snapshot", self.path)
+            fault = DataError([])
+        # A version that read() refused comes with its own signature; one that kept changing, or
+        # could not be opened, with None: the next look at a file that is there reads it again.
+        self._state = (signature or fault.signature, self._state[1])
+        return fault
+
+    def _report(self, fault: DataError) -> None:
+        if isinstance(fault, FileChanging):
+            logger.warning("%s", fault.faults[0])
+            return
+        for line in fault.faults:
+            logger.error("%s", line)
+        outcome = "serving 503 until it is valid" if self._state[1] is None else "keeping the last good version"
+        logger.error("%s: %s", self.path, outcome)
+
+    def _start(self) -> None:
+        """Start this process's reloader, once, whichever thread asks first."""
+        pid, me = os.getpid(), threading.get_ident()
+        if self._starting.setdefault(pid, me) != me:
+            return
+        if self._pid and _gc_pausers:  # a forked child: the parent's builds ended with its threads
+            _gc_pausers.clear()
+            gc.enable()
+        # New ones: in a forked child, the parent's may be held by a thread that is not there.
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        # The thread holds only a weak reference: a DataFile nobody uses any more stops its reloader.
+        # A forked child looks at once: the parent may have been in the middle of a load.
+        wait = self.interval if self._pid == 0 else 0
+        self._thread = threading.Thread(target=_reloader, args=(weakref.ref(self), wait), daemon=True,
+                                        name="qstash-lists reloader: %s" % self.path)
+        self._thread.start()
+        self._pid = pid
+
+
+def _reloader(ref: "weakref.ReferenceType[DataFile[Any]]", wait: float) -> None:
+    """The loop of a DataFile's reloader thread: look after ``wait`` seconds, then every interval or when woken."""
+    data = ref()
+    while data is not None and not data._closed:
+        wake = data._wake
+        del data  # wait without holding it
+        force = wake.wait(wait)
+        wake.clear()
+        data = ref()
+        if data is None or data._closed:
+            return
+        try:
+            data.refresh(force)
+        except Exception:  # never let the reloader die
+            logger.exception("%s: reloader error", data.path)
+        wait = data.interval
+
+
+_open_files: "weakref.WeakSet[DataFile[Any]]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """Where Python forks (os.fork, gunicorn), start the child's reloaders at once."""
+    for data in list(_open_files):
+        if not data._closed:
+            data._start()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def wake_all() -> None:
+    """Have the reloader of every open DataFile look now (what SIGHUP does)."""
+    for data in list(_open_files):
+        data.wake()
+
+
+_gc_pausers: Set[int] = set()  # the threads whose build paused the cyclic GC (see _without_gc)
+
+
+def _without_gc(build: Callable[[bytes], T], raw: bytes) -> T:
+    """Call ``build(raw)`` with the cyclic garbage collector paused, then as it was.
+
+    A snapshot is hundreds of thousands of new, acyclic containers; left on, the
+    collector walks them again and again while they are built (tests/benchmark.py
+    measures what that costs).  Reference counting still frees what dies.
+    """
+    me = threading.get_ident()
+    if gc.isenabled():
+        gc.disable()
+        _gc_pausers.add(me)
+    try:
+        return build(raw)
+    finally:
+        if me in _gc_pausers:
+            _gc_pausers.discard(me)
+            gc.enable()
 
 
 class _Checker:
@@ -279,9 +513,7 @@ class _Checker:
 
     Each element of an array is built by a method that takes the array's place
     (``"accounts[1].queues"``), the element's index and the names seen so far in
-    that array.  A well-formed element takes the short way through its method; the
-    long way names every fault, and places are spelled out only there, because
-    formatting them for 100,000 good queues would cost more than checking them.
+    that array; a well-formed element takes the short way (``_quick_*``).
     """
 
     def __init__(self) -> None:
@@ -420,13 +652,10 @@ class _Checker:
         return Account(digest, groups, queues, names)
 
     def url_group(self, value: Any, array: str, i: int, seen: Dict[str, int]) -> Optional[UrlGroup]:
-        if type(value) is dict and value.keys() == _GROUP_KEYS:
-            created, updated, name, endpoints = _GROUP_FIELDS(value)
-            if (type(created) is type(updated) is int and 0 <= created <= updated <= MAX_SAFE_INTEGER
-                    and type(name) is str and _GROUP_NAME.fullmatch(name) and name not in seen):
-                seen[name] = i
-                where = "%s[%d].endpoints" % (array, i)
-                return UrlGroup(created, updated, name, self.each(endpoints, where, self.endpoint, {}))
+        quick = _quick_group(value, seen)
+        if quick is not None:
+            seen[quick[2]] = i
+            return UrlGroup(*quick[:3], self.each(quick[3], "%s[%d].endpoints" % (array, i), self.endpoint, {}))
         where = "%s[%d]" % (array, i)
         item = self.fields(value, where, ("createdAt", "updatedAt", "name", "endpoints"))
         if item is None:
@@ -439,13 +668,11 @@ class _Checker:
         return UrlGroup(created, updated, name, endpoints)
 
     def endpoint(self, value: Any, array: str, i: int, seen: Dict[str, int]) -> Optional[Endpoint]:
-        if type(value) is dict and value.keys() <= _ENDPOINT_KEYS and _is_http_url(value.get("url")):
-            name = value.get("name")
-            if name is None and "name" not in value:
-                return Endpoint(value["url"])
-            if type(name) is str and name and name.isprintable() and name not in seen:
-                seen[name] = i
-                return Endpoint(value["url"], name)
+        endpoint = _quick_endpoint(value, seen)
+        if endpoint is not None:
+            if endpoint.name is not None:
+                seen[endpoint.name] = i
+            return endpoint
         where = "%s[%d]" % (array, i)
         item = self.fields(value, where, ("url",), ("name",))
         if item is None:
@@ -458,25 +685,12 @@ class _Checker:
         return Endpoint(url, self.name(item["name"], array, i, seen))
 
     def queue(self, value: Any, array: str, i: int, seen: Dict[str, int]) -> Optional[Queue]:
-        if type(value) is dict:
-            try:
-                created, updated, name, parallelism, lag = _QUEUE_FIELDS(value)
-            except KeyError:
-                pass
-            else:
-                paused = value.get("paused", False)
-                # With every required key there, the count tells whether any other is.
-                if (len(value) == 5 + ("paused" in value)
-                        and type(created) is type(updated) is type(parallelism) is type(lag) is int
-                        and 0 <= created <= updated <= MAX_SAFE_INTEGER
-                        and 0 <= parallelism <= MAX_SAFE_INTEGER and 0 <= lag <= MAX_SAFE_INTEGER
-                        and type(name) is str and name and name.isprintable() and name not in seen
-                        and type(paused) is bool):
-                    seen[name] = i
-                    return Queue(created, updated, name, parallelism, lag, paused)
+        queue = _quick_queue(value, seen)
+        if queue is not None:
+            seen[queue.name] = i
+            return queue
         where = "%s[%d]" % (array, i)
-        item = self.fields(value, where, ("createdAt", "updatedAt", "name", "parallelism", "lag"),
-                           ("paused",))
+        item = self.fields(value, where, ("createdAt", "updatedAt", "name", "parallelism", "lag"), ("paused",))
         if item is None:
             return None
         created, updated = self.times(item, where)
@@ -489,6 +703,53 @@ class _Checker:
         if created is None or updated is None or parallelism is None or lag is None:
             return None  # the fault is noted; the whole document will be refused
         return Queue(created, updated, name, parallelism, lag, paused)
+
+
+# The short ways: each returns the object built from a JSON value with no fault in its own
+# fields, or None, and its _Checker twin then names every fault.  Places are spelled out
+# only on the long way: formatting them for 100,000 good queues costs more than checking.
+
+
+def _quick_group(value: Any, seen: Mapping[str, int]) -> Optional[Tuple[int, int, str, Any]]:
+    """A URL group's fields; its endpoints are still to be checked."""
+    if type(value) is not dict or not value.keys() <= _GROUP_KEYS:
+        return None
+    try:
+        created, updated, name, endpoints = _GROUP_FIELDS(value)
+    except KeyError:
+        return None
+    if (type(created) is type(updated) is int and 0 <= created <= updated <= MAX_SAFE_INTEGER
+            and type(name) is str and _GROUP_NAME.fullmatch(name) and name not in seen):
+        return created, updated, name, endpoints
+    return None
+
+
+def _quick_endpoint(value: Any, seen: Mapping[str, int]) -> Optional[Endpoint]:
+    if type(value) is not dict or not value.keys() <= _ENDPOINT_KEYS or not _is_http_url(value.get("url")):
+        return None
+    if "name" not in value:
+        return Endpoint(value["url"])
+    name = value["name"]
+    if type(name) is str and name and name.isprintable() and name not in seen:
+        return Endpoint(value["url"], name)
+    return None
+
+
+def _quick_queue(value: Any, seen: Mapping[str, int]) -> Optional[Queue]:
+    if type(value) is not dict or not value.keys() <= _QUEUE_KEYS:
+        return None
+    try:
+        created, updated, name, parallelism, lag = _QUEUE_FIELDS(value)
+    except KeyError:
+        return None
+    paused = value.get("paused", False)
+    if (type(created) is type(updated) is type(parallelism) is type(lag) is int
+            and 0 <= created <= updated <= MAX_SAFE_INTEGER
+            and 0 <= parallelism <= MAX_SAFE_INTEGER and 0 <= lag <= MAX_SAFE_INTEGER
+            and type(name) is str and name and name.isprintable() and name not in seen
+            and type(paused) is bool):
+        return Queue(created, updated, name, parallelism, lag, paused)
+    return None
 
 
 def _at(where: str, key: str) -> str:
@@ -549,53 +810,15 @@ def _is_http_url(value: Any) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
-T = TypeVar("T")
-#: What identifies one version of a file: inode, device, size and mtime.
-Signature = Tuple[int, int, int, int]
-#: How often a file that changes while it is read is read again, in one look, before giving up.
-READ_ATTEMPTS = 4
-_READ_CHUNK = 1 << 24
+def _stat(path: str) -> Optional[Signature]:
+    try:
+        return _signature(os.stat(path))
+    except OSError:
+        return None
 
 
-class FileChanging(DataError):
-    """The file changed each time it was read: a writer is busy with it."""
-
-
-def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> Tuple[bytes, Signature]:
-    """Return the bytes of the data file at ``path`` and the signature of the version read.
-
-    Never blocks: the file is opened with O_NONBLOCK and must be a regular file
-    (not a FIFO, a device or a directory) of at most ``max_size`` bytes, judged
-    by ``fstat`` on the opened descriptor, so a symlink is judged by its target.
-    A version that changes while it is read (by the same descriptor's ``fstat``
-    before and after) is read again; FileChanging if it keeps changing.  Each
-    refusal is a DataError of one line.
-    """
-    for _ in range(READ_ATTEMPTS):
-        try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-        except OSError as exc:
-            raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
-        try:
-            before = os.fstat(fd)
-            if not stat.S_ISREG(before.st_mode):
-                raise DataError(["%s: cannot read: not a regular file but %s" % (path, _file_kind(before.st_mode))])
-            if before.st_size > max_size:
-                raise DataError(["%s: cannot read: %d bytes, over the limit of %d (--max-size, "
-                                 "QSTASH_LISTS_MAX_SIZE)" % (path, before.st_size, max_size)])
-            raw = _read_at_most(fd, max_size)
-            if raw is None:
-                raise DataError(["%s: cannot read: grew past the limit of %d bytes while being read "
-                                 "(--max-size, QSTASH_LISTS_MAX_SIZE)" % (path, max_size)])
-            after = os.fstat(fd)
-        except OSError as exc:
-            raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
-        finally:
-            os.close(fd)
-        if _signature(after) == _signature(before) and len(raw) == after.st_size:
-            return raw, _signature(after)
-        time.sleep(0.02)  # a writer is at work: give it a moment
-    raise FileChanging(["%s: changed each time it was read (%d times); looking again later" % (path, READ_ATTEMPTS)])
+def _signature(st: os.stat_result) -> Signature:
+    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _read_at_most(fd: int, limit: int) -> Optional[bytes]:
@@ -618,164 +841,3 @@ def _file_kind(mode: int) -> str:
         if test(mode):
             return kind
     return "not a plain file"
-
-
-def _signature(st: os.stat_result) -> Signature:
-    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns)
-
-
-class DataFile(Generic[T]):
-    """The last good snapshot of a data file that may change while it is served.
-
-    A reloader thread of its own looks at the file's signature (inode, size,
-    mtime) every ``interval`` seconds and, when it changed, reads the file and
-    builds a new snapshot with ``build(raw)`` aside, then swaps it in whole.
-    Requests only read :meth:`current`: they never wait for a load or a look.
-    A version that ``build`` rejects with DataError, or that cannot be read, is
-    logged once and the last good snapshot stays in service.  :meth:`wake` asks
-    for a look now, whatever the signature says (SIGHUP); :meth:`close` stops
-    the thread.  After ``os.fork`` the child gets a reloader of its own.
-
-    The first load happens in the constructor: its DataError is raised when
-    ``required``; otherwise it is logged, :meth:`current` returns None until a
-    good version appears, and the reloader keeps looking.
-    """
-
-    def __init__(self, path: str, build: Callable[[bytes], T], interval: float = 1.0, *,
-                 max_size: int = DEFAULT_MAX_SIZE, required: bool = True) -> None:
-        if interval <= 0:
-            raise ValueError("interval must be positive")
-        self.path = path
-        self.interval = interval
-        self.max_size = max_size
-        self._build = build
-        self._snapshot: Optional[T] = None
-        self._signature: Optional[Signature] = None
-        try:
-            self._load()
-        except DataError as exc:
-            if required:
-                raise
-            self._reject(exc, "serving 503 until it is valid")
-        self._start()
-        _open_files.add(self)
-
-    def current(self) -> Optional[T]:
-        """Return the newest good snapshot (None only if there has never been one)."""
-        return self._snapshot
-
-    def wake(self) -> None:
-        """Have the reloader look at the file now and reload it even if it looks unchanged."""
-        self._wake.set()
-
-    def close(self) -> None:
-        """Stop the reloader thread."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
-
-    def refresh(self, force: bool = False) -> bool:
-        """Look now, from this thread: load the file if it changed (always with ``force``).
-
-        Return whether a new snapshot went into service.  The reloader calls
-        this; tests and embedders may too.
-        """
-        with self._lock:
-            if not force and self._look() == self._signature:
-                return False
-            try:
-                self._load()
-            except FileChanging as exc:
-                self._signature = None  # skipped, not judged: the next look reads it again
-                logger.warning("%s", exc.faults[0])
-                return False
-            except DataError as exc:
-                self._reject(exc, "keeping the last good version")
-                return False
-            except Exception:
-                self._signature = self._look()
-                logger.exception("%s: reload failed; keeping the last good version", self.path)
-                return False
-            logger.info("%s: reloaded", self.path)
-            return True
-
-    def _load(self) -> None:
-        self._signature = None
-        raw, signature = read(self.path, self.max_size)
-        self._signature = signature  # a bad version is reported once, not at every look
-        self._snapshot = _without_gc(self._build, raw)
-
-    def _reject(self, exc: DataError, outcome: str) -> None:
-        if isinstance(exc, FileChanging):
-            self._signature = None  # not judged: the next look reads it again
-        elif self._signature is None:
-            self._signature = self._look()  # what could not be read is reported once too
-        for fault in exc.faults:
-            logger.error("%s", fault)
-        logger.error("%s: %s", self.path, outcome)
-
-    def _look(self) -> Optional[Signature]:
-        try:
-            return _signature(os.stat(self.path))
-        except OSError:
-            return None
-
-    def _start(self) -> None:
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        # The thread holds only a weak reference: a DataFile nobody uses any more stops its reloader.
-        self._thread = threading.Thread(target=_reloader, args=(weakref.ref(self),), daemon=True,
-                                        name="qstash-lists reloader: %s" % self.path)
-        self._thread.start()
-
-
-def _reloader(ref: "weakref.ReferenceType[DataFile[Any]]") -> None:
-    """The loop of a DataFile's reloader thread."""
-    while True:
-        data = ref()
-        if data is None:
-            return
-        wake, stop, interval = data._wake, data._stop, data.interval
-        del data  # sleep without holding it
-        woken = wake.wait(interval)
-        data = ref()
-        if data is None or stop.is_set():
-            return
-        wake.clear()
-        try:
-            data.refresh(force=woken)
-        except Exception:  # never let the reloader die
-            logger.exception("%s: reloader error", data.path)
-        del data
-
-
-_open_files: "weakref.WeakSet[DataFile[Any]]" = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    """A forked child (a gunicorn worker of a preloaded app) has no threads: start reloaders anew."""
-    for data in list(_open_files):
-        if not data._stop.is_set():
-            data._start()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _without_gc(build: Callable[[bytes], T], raw: bytes) -> T:
-    """Call ``build(raw)`` with the cyclic garbage collector paused.
-
-    A snapshot is hundreds of thousands of new, acyclic containers; left on, the
-    collector walks them again and again while they are built (a seventh of the
-    load time at 100,000 queues).  Reference counting still frees what dies.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return build(raw)
-    finally:
-        if enabled:
-            gc.enable()

@@ -268,7 +268,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--connections", type=int, default=8)
-    parser.add_argument("--threads", type=int, default=app.DEFAULT_THREADS)
+    parser.add_argument("--threads", type=int, default=int(app.SETTINGS["threads"].default or 8))
     parser.add_argument("--sizes", type=int, nargs="*", default=[100, 10000],
                         help="queue counts to serve (default: 100 10000; 10000 adds gzip and 304)")
     parser.add_argument("--noise", action="store_true",
@@ -475,7 +475,7 @@ def junk_rows(tmp: Path, rounds: int, seconds: float, connections: int, rows: Li
          item + "qstash_token=" + TOKEN, False),
     ]
     for quiet in (True, False):
-        server = service(data, app.DEFAULT_THREADS, quiet=quiet)
+        server = service(data, int(app.SETTINGS["threads"].default or 8), quiet=quiet)
         try:
             def drive(path: str, refused: bool, server: Server = server) -> Callable[[], Result]:
                 return lambda: measure(server, path, {}, seconds, connections, refused)
@@ -496,7 +496,7 @@ def hostile_rows(tmp: Path, rows: List[str], summary: List[str]) -> None:
     data = write_data(tmp, 100)
     big = write_data(tmp, 2500)  # a 285 KB list
     request = b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n\r\n" % TOKEN.encode()
-    server = service(big, app.DEFAULT_THREADS)
+    server = service(big, int(app.SETTINGS["threads"].default or 8))
     try:
         before = rss_mb(server.proc.pid)
         cpu = server.cpu_seconds() or 0.0
@@ -531,7 +531,7 @@ def hostile_rows(tmp: Path, rows: List[str], summary: List[str]) -> None:
                    "%.0f ms while their requests were served, %d in %.0f ms after"
                    % (peak, status, fresh, later, after))
 
-    server = service(data, app.DEFAULT_THREADS)
+    server = service(data, int(app.SETTINGS["threads"].default or 8))
     try:
         limit = app.WAITRESS_SETTINGS["connection_limit"]
         idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(limit)]
@@ -550,7 +550,7 @@ def hostile_rows(tmp: Path, rows: List[str], summary: List[str]) -> None:
                    app.WAITRESS_SETTINGS["cleanup_interval"]))
     summary.append("%d idle connections: a fresh client answered after %.1f s" % (limit, waited))
 
-    server = service(data, app.DEFAULT_THREADS)
+    server = service(data, int(app.SETTINGS["threads"].default or 8))
     try:  # one byte every second: never idle, so never closed by channel_timeout
         sock = socket.create_connection(("127.0.0.1", server.port))
         sock.settimeout(0.01)
@@ -634,7 +634,7 @@ def reload_rows(tmp: Path, reloads: int, rows: List[str], summary: List[str]) ->
         json.loads(raw)
         parses.append(time.perf_counter() - started)
     parse = statistics.median(parses)
-    server = service(tmp / "reload.json", app.DEFAULT_THREADS)
+    server = service(tmp / "reload.json", int(app.SETTINGS["threads"].default or 8))
     try:
         results: Dict[str, List[float]] = {"noticed": [], "SIGHUP": []}
         for n in range(1, 2 * reloads + 1):

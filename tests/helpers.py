@@ -106,10 +106,13 @@ def write_json(path: Path, document: Any) -> Path:
 
 
 class Server:
+    """A server started by ``serving``: its process, URL, banner, and stderr as it comes."""
+
     def __init__(self, proc: "subprocess.Popen[str]", url: str, banner: List[str]) -> None:
         self.proc = proc
         self.url = url
         self.banner = banner
+        self.err = Output(proc.stderr)
         match = re.fullmatch(r"http://([^:]+):(\d+)", url)
         assert match, url
         self.host, self.port = match.group(1), int(match.group(2))
@@ -125,41 +128,88 @@ class Server:
             conn.close()
 
     def stop(self) -> Tuple[int, str, str]:
-        """SIGTERM the server; return its exit status and the rest of its stdout and stderr."""
+        """SIGTERM the server; return its exit status and the rest of its stdout, and all its stderr."""
         self.proc.send_signal(signal.SIGTERM)
-        out, err = self.proc.communicate(timeout=15)
-        return self.proc.returncode, out, err
+        out = self.proc.stdout.read()  # type: ignore[union-attr]
+        return self.proc.wait(timeout=15), out, self.err.text()
 
 
-def run(args: List[str], env: Optional[Dict[str, str]] = None, **kwargs: Any) -> "subprocess.Popen[str]":
+def environment(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """This process's environment without QSTASH_TOKEN, and ``env``."""
     environ = {k: v for k, v in os.environ.items() if k != "QSTASH_TOKEN"}
     environ.update(env or {})
-    return subprocess.Popen(
-        [sys.executable, str(ROOT / "app.py")] + args,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environ, cwd=str(ROOT), **kwargs,
-    )
+    return environ
+
+
+@contextmanager
+def started(command: List[str], env: Optional[Dict[str, str]] = None,
+            **popen: Any) -> Iterator["subprocess.Popen[str]"]:
+    """Start ``command`` (in the checkout, with ``environment(env)``); it is killed on every way out."""
+    options: Dict[str, Any] = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
+    options.update(popen)
+    proc = subprocess.Popen(command, env=environment(env), **options)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def run(args: List[str], env: Optional[Dict[str, str]] = None, timeout: float = 30,
+        **popen: Any) -> Tuple[int, str, str]:
+    """Run ``python app.py ARGS`` to its end (killed after ``timeout``): its exit status, stdout and stderr."""
+    with started([sys.executable, str(ROOT / "app.py")] + args, env, **popen) as proc:
+        out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out, err
+
+
+class Output:
+    """A pipe's lines, read by a thread of its own, so that a test can wait for the line it means."""
+
+    def __init__(self, pipe: Any) -> None:
+        self.lines: List[str] = []
+        self._thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self._thread.start()
+
+    def _read(self, pipe: Any) -> None:
+        try:
+            for line in pipe:
+                self.lines.append(line)
+        except (OSError, ValueError):  # closed under it: the process is gone
+            pass
+
+    def count(self, text: str) -> int:
+        return sum(text in line for line in list(self.lines))
+
+    def wait_for(self, text: str, count: int = 1, timeout: float = 10) -> None:
+        eventually(lambda: self.count(text) >= count, timeout)
+
+    def text(self) -> str:
+        """Everything, once the pipe is closed (the process has ended)."""
+        self._thread.join(30)
+        return "".join(self.lines)
 
 
 @contextmanager
 def serving(data: Path, *args: str, env: Optional[Dict[str, str]] = None, **popen: Any) -> Iterator[Server]:
-    proc = run(["--port", "0", "--data", str(data)] + list(args), env, **popen)
-    # Never hang the suite on a server that does not come up: kill it after 30 s.
-    watchdog = threading.Timer(30, proc.kill)
-    watchdog.start()
-    try:
-        first = proc.stdout.readline()  # type: ignore[union-attr]
+    command = [sys.executable, str(ROOT / "app.py"), "--port", "0", "--data", str(data)] + list(args)
+    with started(command, env, **popen) as proc:
+        # Never hang the suite on a server that does not come up: kill it after 30 s.
+        watchdog = threading.Timer(30, proc.kill)
+        watchdog.start()
+        try:
+            first = proc.stdout.readline()  # type: ignore[union-attr]
+        finally:
+            watchdog.cancel()
         match = re.search(r" on (http://\S+)", first)
         if not match:
-            proc.kill()
-            raise AssertionError("server did not start: %r %r" % (first, proc.communicate()))
+            raise AssertionError("server did not start: %r %r" % (first, proc.communicate(timeout=10)))
         banner = [first, proc.stdout.readline(), proc.stdout.readline()]  # type: ignore[union-attr]
-        server = Server(proc, match.group(1), banner)
-        yield server
-    finally:
-        watchdog.cancel()
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        yield Server(proc, match.group(1), banner)
 
 
 def eventually(check: Any, timeout: float = 10.0) -> Any:

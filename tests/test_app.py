@@ -2,6 +2,7 @@
 
 import hashlib
 import logging
+import re
 from typing import Any
 
 import pytest
@@ -236,7 +237,8 @@ def test_the_access_log_shows_no_query_value(data_path: Any, caplog: Any, query:
     with caplog.at_level(logging.INFO, "qstash_lists.access"):
         call(app, "/v2/queues", query=query, REMOTE_ADDR="10.0.0.9")
     [line] = [record.getMessage() for record in caplog.records]
-    assert line.startswith('10.0.0.9 "GET /v2/queues?%s" ' % logged) and line.endswith("ms")
+    match = re.fullmatch(r'10\.0\.0\.9 "GET /v2/queues\?(.*)" (\d+) \d+ [\d.]+ms( \(.*\))?', line)
+    assert match and match.group(1) == logged
     assert SECRET not in line and SECRET[:10] not in line and TOKEN_A not in line
 
 
@@ -245,7 +247,7 @@ def test_allow_listed_query_values_are_logged(data_path: Any, caplog: Any, monke
     app = service.create_app(service.open_data(str(data_path), None))
     with caplog.at_level(logging.INFO, "qstash_lists.access"):
         call(app, "/v2/queues", query="limit=10&token=x")
-    assert '"GET /v2/queues?limit=10&token=[redacted]" 401' in caplog.records[0].getMessage()
+    assert caplog.records[0].getMessage().startswith('- "GET /v2/queues?limit=10&token=[redacted]" 401 ')
 
 
 @pytest.mark.parametrize("host, loopback", [

@@ -7,7 +7,6 @@ import logging
 import os
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -26,6 +25,7 @@ from helpers import (
     call,
     eventually,
     serving,
+    started,
     write_json,
 )
 
@@ -97,7 +97,7 @@ def test_no_failed_or_partial_response_while_the_file_churns(tmp_path: Path) -> 
     errors: List[str] = []
     served = [0]
 
-    with serving(path, "--quiet") as server:
+    with serving(path, "--quiet", "--interval", "0.05") as server:
         def client(token: str) -> None:
             conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
             while not stop.is_set():
@@ -124,25 +124,28 @@ def test_no_failed_or_partial_response_while_the_file_churns(tmp_path: Path) -> 
                     seen.add(n)
             conn.close()
 
+        def refusals() -> int:
+            return server.err.count(": cannot read: ") + server.err.count("keeping the last good version")
+
         threads = [threading.Thread(target=client, args=(token,)) for token in (TOKEN_A, TOKEN_A, TOKEN_A, TOKEN_B)]
         for thread in threads:
             thread.start()
         try:
             for n in range(1, 9):
                 text = json.dumps(version(n))
+                refused = refusals()
                 if n % 4 == 1:
                     path.write_text(text[: len(text) // 2])  # truncated...
                 elif n % 4 == 2:
                     os.remove(path)  # deleted...
                 elif n % 4 == 3:
                     path.write_text("{\"accounts\": [}")  # invalid...
-                # The service looks at the file once a second: the first invalid version stays
-                # longer than that, so that it is surely seen and kept out.
-                time.sleep(1.2 if n == 3 else 0.3)
+                if n % 4:  # ...seen and kept out...
+                    eventually(lambda: refusals() > refused)  # noqa: B023
                 tmp = tmp_path / "next.json"
                 tmp.write_text(text)
-                os.replace(tmp, path)  # ...then a good version, atomically
-                time.sleep(0.35)
+                os.replace(tmp, path)  # ...then a good version, atomically, which the clients see
+                eventually(lambda: n in seen)  # noqa: B023
         finally:
             stop.set()
             for thread in threads:
@@ -182,9 +185,7 @@ server.handle_request(); server.handle_request(); server.handle_request(); serve
 def test_serves_under_wsgiref_simple_server_and_a_prefix(data_path: Path) -> None:
     env = dict(os.environ, QSTASH_LISTS_DATA=str(data_path), PYTHONPATH=str(ROOT))
     env.pop("QSTASH_TOKEN", None)
-    proc = subprocess.Popen([sys.executable, "-c", SIMPLE_SERVER], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-    try:
+    with started([sys.executable, "-c", SIMPLE_SERVER], env) as proc:
         port = int(proc.stdout.readline().rsplit(":", 1)[1])  # type: ignore[union-attr]
         answers = []
         for path, headers in [("/v2/queues", {"Authorization": "Bearer " + TOKEN_A}),
@@ -197,10 +198,6 @@ def test_serves_under_wsgiref_simple_server_and_a_prefix(data_path: Path) -> Non
             answers.append((response.status, json.loads(response.read())))
             conn.close()
         _, err = proc.communicate(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert answers[0] == (200, [ALPHA_QUEUE])
     assert answers[1] == (200, [ALPHA_QUEUE])
     assert answers[2][0] == 401 and answers[3][0] == 404
@@ -212,14 +209,20 @@ def test_make_app_answers_503_until_the_file_is_good_and_never_uses_the_dev_toke
     import app
 
     path = write_json(tmp_path / "data.json", {"queues": []})  # one account, and no QSTASH_TOKEN
+    path.write_text('{"accounts": [')  # half written
     with caplog.at_level(logging.ERROR, "qstash_lists"):
         wsgi = app.make_app({"QSTASH_LISTS_DATA": str(path)})
-    assert caplog.messages == ["%s: holds a single account, and no token was given for it" % path,
+    assert caplog.messages == ["%s: line 1, column 15: invalid JSON: Expecting value" % path,
                                "%s: serving 503 until it is valid" % path]
     for token in (app.DEV_TOKEN, TOKEN_A):
         response = call(wsgi, headers=bearer(token))
         assert (response.status, response.headers["Retry-After"]) == (503, "1")
-        assert response.json()["error"].startswith("service unavailable: the data file is not valid yet")
+        assert response.json() == {"error": "service unavailable: the server's data file cannot be served yet; "
+                                            "the server log names the fault and its fix, and the file is served "
+                                            "as soon as it is good"}
+    write_json(path, {"queues": []})  # one account: make_app has no token for it
+    eventually(lambda: "%s: holds a single account, and no token was given for it" % path in caplog.messages)
+    assert call(wsgi, headers=bearer(app.DEV_TOKEN)).status == 503
     write_json(path, accounts_document())
     eventually(lambda: call(wsgi, headers=bearer(TOKEN_A)).status == 200)  # the reloader's next look
     assert call(wsgi, headers=bearer(app.DEV_TOKEN)).status == 401
@@ -235,13 +238,19 @@ def test_make_app_with_a_token_serves_a_one_account_file(tmp_path: Path) -> None
 
 @pytest.mark.parametrize("environ, line", [
     ({"QSTASH_TOKEN": "has space"}, "QSTASH_TOKEN: expected a token of visible ASCII characters, with no spaces"),
-    ({"QSTASH_LISTS_MAX_SIZE": "lots"}, "QSTASH_LISTS_MAX_SIZE: expected a size in bytes such as 64M"),
+    ({"QSTASH_LISTS_MAX_SIZE": "lots"},
+     "QSTASH_LISTS_MAX_SIZE: expected a size in bytes such as 64M (K, M or G may follow the number)"),
+    ({"QSTASH_LISTS_INTERVAL": "\u0662"}, "QSTASH_LISTS_INTERVAL: expected a number of seconds from 0.01 to 3600"),
+    ({"QSTASH_LISTS_DATA": "{one}"},
+     "{one}: holds a single account, and QSTASH_TOKEN is not set: set it to the token its clients send"),
 ])
 def test_make_app_refuses_a_bad_setting_in_one_line(data_path: Path, capsys: Any, environ: Dict[str, str],
                                                     line: str) -> None:
     import app
 
+    one = write_json(data_path.parent / "one.json", {"queues": []})
+    environ = dict({"QSTASH_LISTS_DATA": str(data_path)}, **{k: v.format(one=one) for k, v in environ.items()})
     with pytest.raises(SystemExit) as info:
-        app.make_app(dict(environ, QSTASH_LISTS_DATA=str(data_path)))
-    assert info.value.code == 2
-    assert capsys.readouterr().err == line + "\n"
+        app.make_app(environ)
+    assert info.value.code == 3  # gunicorn: a worker that failed to boot, not one to boot again
+    assert capsys.readouterr().err == line.format(one=one) + "\n"

@@ -9,14 +9,24 @@ import resource
 import shlex
 import signal
 import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
-from helpers import ALPHA_QUEUE, Q_TEMPLATE, ROOT, TOKEN_A, accounts_document, eventually, run, serving, write_json
+from helpers import (
+    ALPHA_QUEUE,
+    Q_TEMPLATE,
+    ROOT,
+    TOKEN_A,
+    Output,
+    accounts_document,
+    eventually,
+    run,
+    serving,
+    started,
+    write_json,
+)
 
 import app as service
 
@@ -45,7 +55,7 @@ def test_never_reading_pipeliners_do_not_stop_a_fresh_client(tmp_path: Path) -> 
     long as those clients stayed; bodies now go by reference and no worker waits for a reader."""
     data = write_json(tmp_path / "big.json", big_document(3200))
     request = b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n"
-    with serving(data, "--quiet", "--threads", "4") as server:
+    with serving(data, "--threads", "4") as server:
         status, body = get(server.host, server.port, "/v2/queues")
         assert status == 200 and len(body) > 250000
         hogs = []
@@ -55,7 +65,8 @@ def test_never_reading_pipeliners_do_not_stop_a_fresh_client(tmp_path: Path) -> 
             sock.sendall(request * 200)
             hogs.append(sock)
         try:
-            time.sleep(1)  # let the workers take the requests
+            # Taken by the workers: with the old watermark, each parked after some 60 answers.
+            server.err.wait_for('"GET /v2/queues" 200', count=100)
             assert get(server.host, server.port, "/v2/queues/emails") == (200, json.dumps(
                 ALPHA_QUEUE, separators=(",", ":")).encode())
         finally:
@@ -124,9 +135,8 @@ def test_a_junk_query_is_answered_correctly_and_logged_short(tmp_path: Path) -> 
 
 def test_check_never_echoes_a_token_pasted_as_its_digest(tmp_path: Path) -> None:
     bad = write_json(tmp_path / "data.json", {"accounts": [{"tokenSha256": SECRET}]})
-    proc = run(["--check", "--data", str(bad)])
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 2 and out == ""
+    code, out, err = run(["--check", "--data", str(bad)])
+    assert code == 2 and out == ""
     assert err.startswith("%s: accounts[0].tokenSha256: expected 64 hexadecimal digits" % bad)
     assert SECRET not in err and SECRET[:12] not in err
 
@@ -178,22 +188,23 @@ def test_gunicorn_keeps_serving_when_a_worker_restarts_while_the_file_is_bad(tmp
     command = [sys.executable, "-m"] + command + ["--bind", "127.0.0.1:%d" % port]
     env = dict(os.environ, QSTASH_LISTS_DATA=str(data), PYTHONPATH=str(ROOT))
     env.pop("QSTASH_TOKEN", None)
-    master = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                              cwd=str(tmp_path))
-    try:
+    with started(command, env, cwd=str(tmp_path)) as master:
+        log = Output(master.stderr)
         wait_until_answered(port)
         workers = eventually(lambda: len(children(master.pid)) == 2 and children(master.pid))
         data.write_text('{"accounts": [')  # an edit half done
-        time.sleep(1.5)  # the workers look and keep the last good version
+        kept, unserved = "%s: keeping the last good version" % data, "%s: serving 503 until it is valid" % data
+        eventually(lambda: log.count(kept) + log.count(unserved) == 2)  # both workers judged it
+        refused = log.count(unserved)
         os.kill(workers[0], signal.SIGKILL)
         eventually(lambda: len(set(children(master.pid)) - set(workers)) == 1, timeout=30)
+        log.wait_for(unserved, count=refused + 1)  # the new worker has no good version
         statuses = set()
         for _ in range(40):
             status, body = get("127.0.0.1", port, "/v2/queues/emails")
             statuses.add(status)
             if status == 503:
-                assert json.loads(body)["error"].startswith("service unavailable: the data file is not valid")
-            time.sleep(0.05)
+                assert json.loads(body)["error"] == service.Unavailable.message
         assert statuses <= {200, 503} and master.poll() is None
         document = accounts_document()
         document["accounts"][0]["queues"][0]["lag"] = 5
@@ -201,19 +212,18 @@ def test_gunicorn_keeps_serving_when_a_worker_restarts_while_the_file_is_bad(tmp
         eventually(lambda: all(json.loads(get("127.0.0.1", port, "/v2/queues/emails")[1]).get("lag") == 5
                                for _ in range(10)), timeout=30)
         assert master.poll() is None
-    finally:
         master.send_signal(signal.SIGTERM)
-        _, err = master.communicate(timeout=30)
-    assert master.returncode == 0, err
-    assert "%s: cannot" not in err
-    assert "%s: line 1, column 15: invalid JSON" % data in err and "serving 503 until it is valid" in err
+        assert master.wait(timeout=30) == 0
+    err = log.text()
+    assert "%s: cannot" % data not in err
+    assert "%s: line 1, column 15: invalid JSON" % data in err
 
 
 def test_the_readmes_waitress_serve_command_has_the_same_limits(tmp_path: Path) -> None:
     command = readme_command("waitress-serve")
     flags = {arg[2:].split("=")[0].replace("-", "_"): (arg.split("=", 1)[1] if "=" in arg else True)
              for arg in command if arg.startswith("--") and not arg.startswith("--call")}
-    expected = dict(service.WAITRESS_SETTINGS, threads=service.DEFAULT_THREADS)
+    expected = dict(service.WAITRESS_SETTINGS, threads=int(service.SETTINGS["threads"].default or 8))
     assert set(flags) >= set(expected)
     for name, value in expected.items():
         assert str(flags[name]).lower() == str(value).lower(), name
@@ -221,13 +231,8 @@ def test_the_readmes_waitress_serve_command_has_the_same_limits(tmp_path: Path) 
     port = free_port()
     env = dict(os.environ, QSTASH_LISTS_DATA=str(data), PYTHONPATH=str(ROOT))
     args = [a for a in command[1:] if not a.startswith("--port")]
-    proc = subprocess.Popen([sys.executable, "-m", "waitress", "--port=%d" % port] + args, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path))
-    try:
+    with started([sys.executable, "-m", "waitress", "--port=%d" % port] + args, env, cwd=str(tmp_path)):
         wait_until_answered(port)
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             sock.sendall(b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nX-Pad: " + b"a" * 20000 + b"\r\n\r\n")
             assert sock.recv(100)[9:13] == b"431 "  # waitress's own default allows 256 KiB
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)

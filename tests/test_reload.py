@@ -96,12 +96,22 @@ def test_the_reloader_waits_for_its_interval_and_wake_makes_it_look_now(path: Pa
     data.close()
 
 
-def test_a_forced_look_sees_an_edit_that_keeps_size_and_mtime(path: Path) -> None:
+def test_an_edit_that_keeps_inode_size_and_mtime_is_seen_by_its_ctime(path: Path) -> None:
     data = service.open_data(str(path), None, interval=3600)
     before = os.stat(path)
     path.write_text(path.read_text().replace("v1-", "v8-"))  # same size, same inode, new names...
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # ...and the same mtime
-    assert data.refresh() is False and served(data) == "v1-0"  # the signature cannot tell
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # ...and the same mtime, as cp -p leaves it
+    after = os.stat(path)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    assert data.refresh() is True and served(data) == "v8-0"
+    assert data.refresh() is False  # looked at, and unchanged since
+
+
+def test_a_forced_look_reads_a_file_whose_signature_did_not_change(path: Path, monkeypatch: Any) -> None:
+    data = service.open_data(str(path), None, interval=3600)
+    monkeypatch.setattr(store, "_stat", lambda path: data._state[0])  # a clock too coarse to tell
+    write_json(path, version(8, 1))
+    assert data.refresh() is False and served(data) == "v1-0"
     assert data.refresh(force=True) is True and served(data) == "v8-0"
 
 
@@ -179,7 +189,7 @@ def test_a_file_over_the_size_limit_is_refused(path: Path, caplog: Any) -> None:
     with caplog.at_level(logging.ERROR, "qstash_lists"):
         assert data.refresh() is False
     assert served(data) == "v1-0"
-    assert caplog.messages[0] == ("%s: cannot read: %d bytes, over the limit of 2000 (--max-size, "
+    assert caplog.messages[0] == ("%s: cannot read: %d bytes, over the limit of 2000 bytes (--max-size, "
                                   "QSTASH_LISTS_MAX_SIZE)" % (path, size))
 
 
@@ -301,8 +311,8 @@ def test_a_file_that_grows_past_the_limit_while_read_is_refused(path: Path, monk
     monkeypatch.setattr(store, "_read_at_most", lambda fd, limit: None)
     with pytest.raises(store.DataError) as info:
         store.read(str(path))
-    assert info.value.faults == ["%s: cannot read: grew past the limit of %d bytes while being read "
-                                 "(--max-size, QSTASH_LISTS_MAX_SIZE)" % (path, store.DEFAULT_MAX_SIZE)]
+    assert info.value.faults == ["%s: cannot read: grew past the limit of 64 MB while being read "
+                                 "(--max-size, QSTASH_LISTS_MAX_SIZE)" % path]
 
 
 def test_the_interval_must_be_positive(path: Path) -> None:
@@ -323,7 +333,8 @@ def test_a_fault_in_the_build_is_logged_and_the_last_good_version_kept(path: Pat
     with caplog.at_level(logging.ERROR, "qstash_lists"):
         assert data.refresh(force=True) is False
     assert data.current() == len(path.read_bytes())
-    assert "%s: reload failed; keeping the last good version" % path in caplog.text and "RuntimeError" in caplog.text
+    assert [(r.getMessage(), r.exc_info[0] if r.exc_info else None) for r in caplog.records] == [
+        ("%s: cannot build a snapshot" % path, RuntimeError), ("%s: keeping the last good version" % path, None)]
 
 
 def test_a_data_file_nobody_holds_stops_its_reloader(path: Path) -> None:

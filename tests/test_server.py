@@ -3,13 +3,27 @@
 import json
 import os
 import re
+import select
 import signal
-import time
+import sys
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Dict, List
 
 import pytest
-from helpers import ALPHA_QUEUE, ROOT, TOKEN_A, TOKEN_B, accounts_document, eventually, run, serving, write_json
+from helpers import (
+    ALPHA_QUEUE,
+    Q_TEMPLATE,
+    ROOT,
+    TOKEN_A,
+    TOKEN_B,
+    Output,
+    accounts_document,
+    eventually,
+    run,
+    serving,
+    started,
+    write_json,
+)
 
 import app as service
 
@@ -62,119 +76,170 @@ def test_a_configured_token_is_used_and_never_printed(tmp_path: Path) -> None:
 
 
 def test_refuses_the_dev_token_off_loopback(tmp_path: Path) -> None:
-    proc = run(["--host", "0.0.0.0", "--port", "0", "--data", str(write_json(tmp_path / "one.json", SINGLE))])
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 2
-    assert out == ""
-    assert "QSTASH_TOKEN is not set" in err and "loopback" in err
-    assert "Traceback" not in err
+    one = write_json(tmp_path / "one.json", SINGLE)
+    assert run(["--host", "0.0.0.0", "--port", "0", "--data", str(one)]) == (2, "", (
+        "%s: holds a single account, and QSTASH_TOKEN is not set: set it to the token its clients send\n"
+        "The built-in dev token serves only a loopback address.\n" % one))
 
 
 def test_a_bad_file_stops_start_up_with_the_place_of_the_fault(tmp_path: Path) -> None:
     document = accounts_document()
     document["accounts"][1]["queues"][0]["lag"] = "7"
     bad = write_json(tmp_path / "bad.json", document)
-    proc = run(["--port", "0", "--data", str(bad)])
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 2
-    assert err == '%s: accounts[1].queues[0].lag: expected a non-negative integer, got "7"\n' % bad
-
-
-def test_check_prints_a_summary(data_path: Path) -> None:
-    proc = run(["--check", "--data", str(data_path)])
-    out, err = proc.communicate(timeout=30)
-    assert (proc.returncode, out, err) == (0, "%s: OK: 3 accounts, 1 URL group, 2 queues\n" % data_path, "")
-
-
-@pytest.mark.skipif(not hasattr(signal, "SIGINT"), reason="needs SIGINT")
-def test_ctrl_c_stops_cleanly(data_path: Path) -> None:
-    with serving(data_path, "--quiet") as server:
-        server.proc.send_signal(signal.SIGINT)
-        _, err = server.proc.communicate(timeout=15)
-    assert server.proc.returncode == 0
+    code, _, err = run(["--port", "0", "--data", str(bad)])
+    assert code == 2
+    assert err.splitlines()[-1] == '%s: accounts[1].queues[0].lag: expected a non-negative integer, got "7"' % bad
     assert "Traceback" not in err
 
 
-def test_reloads_an_edited_file_keeps_the_last_good_one_and_obeys_sighup(tmp_path: Path) -> None:
+def test_check_prints_a_summary(data_path: Path) -> None:
+    summary = "%s: OK: 3 accounts, 1 URL group, 2 queues\n" % data_path
+    assert run(["--check", "--data", str(data_path)]) == (0, summary, "")
+
+
+def test_sighup_makes_it_look_now_and_an_edit_is_seen_at_the_next_look(tmp_path: Path) -> None:
     path = write_json(tmp_path / "d.json", accounts_document())
     auth = {"Authorization": "Bearer " + TOKEN_A}
-    with serving(path) as server:
-        def queue_names() -> List[str]:
-            status, _, body = server.get("/v2/queues", auth)
-            assert status == 200
-            return [q["name"] for q in json.loads(body)]
 
+    def queue_names(server: Any) -> List[str]:
+        status, _, body = server.get("/v2/queues", auth)
+        assert status == 200
+        return [q["name"] for q in json.loads(body)]
+
+    with serving(path, "--interval", "3600") as server:  # it would look again in an hour...
         document = accounts_document()
         document["accounts"][0]["queues"].append(dict(ALPHA_QUEUE, name="added"))
         write_json(path, document)
-        eventually(lambda: queue_names() == ["emails", "added"])
+        server.proc.send_signal(signal.SIGHUP)  # ...but SIGHUP makes it look now
+        eventually(lambda: queue_names(server) == ["emails", "added"])
+        assert server.proc.poll() is None
+        code, _, err = server.stop()
+    assert code == 0 and err.count("%s: reloaded" % path) == 1
 
-        # An edit that keeps the inode, the size and the mtime: the reloader cannot see it...
-        before = os.stat(path)
-        path.write_text(path.read_text().replace('"added"', '"addex"'))
-        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-        time.sleep(2.5)  # two looks and more
-        assert queue_names() == ["emails", "added"]
-        server.proc.send_signal(signal.SIGHUP)  # ...until SIGHUP makes it look
-        eventually(lambda: queue_names() == ["emails", "addex"])
-
+    with serving(path, env={"QSTASH_LISTS_INTERVAL": "0.1"}) as server:  # an edit, and a bad one
+        document["accounts"][0]["queues"][1]["name"] = "addex"
+        write_json(path, document)
+        eventually(lambda: queue_names(server) == ["emails", "addex"])
         path.write_text('{"accounts": [{"token": "token-a", "queues": [{"name": ')  # half written
-        for _ in range(30):  # 1.5 s: past the next look at the file
-            assert queue_names() == ["emails", "addex"]
-            time.sleep(0.05)
+        server.err.wait_for("%s: keeping the last good version" % path)
+        assert queue_names(server) == ["emails", "addex"]
         code, _, err = server.stop()
     assert code == 0
     assert "%s: line 1, column 56: invalid JSON: " % path in err
-    assert "%s: keeping the last good version" % path in err
-    assert err.count("%s: reloaded" % path) == 2
+
+
+@pytest.fixture(scope="module")
+def big_file(tmp_path_factory: Any) -> Path:
+    """A file whose first load takes a while (about a second here): signals arrive during it."""
+    queues = [dict(Q_TEMPLATE, name="q%d" % i) for i in range(150000)]
+    return write_json(tmp_path_factory.mktemp("big") / "big.json", {"accounts": [{"token": TOKEN_A, "queues": queues}]})
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Tell whether process ``pid`` has a handler for ``signum`` (Linux's /proc/PID/status)."""
+    with open("/proc/%d/status" % pid) as status:
+        caught = next(line for line in status if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) >> (signum - 1) & 1)
+
+
+ENTRY_POINTS = {
+    "python app.py": [sys.executable, str(ROOT / "app.py")],
+    "python -m qstash_lists.app": [sys.executable, "-m", "qstash_lists.app"],
+    "qstash-lists": [str(Path(sys.executable).parent / "qstash-lists")],
+}
+
+
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS))
+@pytest.mark.parametrize("phase", ["during the first load", "while serving"])
+@pytest.mark.parametrize("signum", ["SIGHUP", "SIGTERM", "SIGINT"])
+def test_signals(big_file: Path, entry: str, phase: str, signum: str) -> None:
+    """The README's signal table: SIGHUP never ends the server, SIGTERM and SIGINT end it with no traceback."""
+    command = ENTRY_POINTS[entry]
+    if not os.path.exists(command[0]):
+        pytest.skip("%s is not installed (pip install -e .)" % command[0])
+    with started(command + ["--port", "0", "--data", str(big_file), "--quiet"]) as proc:
+        err = Output(proc.stderr)
+        eventually(lambda: catches(proc.pid, signal.SIGHUP), timeout=30)  # its handlers are in: it is loading
+        if phase == "while serving":
+            assert " on http://" in proc.stdout.readline()  # type: ignore[union-attr]
+        else:
+            assert not select.select([proc.stdout], [], [], 0)[0]  # no banner yet
+        proc.send_signal(getattr(signal, signum))
+        if signum == "SIGHUP":
+            if phase == "during the first load":
+                assert " on http://" in proc.stdout.readline()  # type: ignore[union-attr]
+            else:
+                err.wait_for("%s: reloaded" % big_file, timeout=30)
+            assert proc.poll() is None
+            proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    assert "Traceback" not in err.text() and "KeyboardInterrupt" not in err.text()
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--port", "abc"], "argument --port: invalid port value: 'abc'"),
-    (["--port", "70000"], "argument --port: expected 0 to 65535"),
-    (["--threads", "0"], "argument --threads: expected a whole number of at least 1"),
+    (["--port", "abc"], "--port: expected a whole number from 0 to 65535"),
+    (["--port", "70000"], "--port: expected a whole number from 0 to 65535"),
+    (["--port", "\u0662"], "--port: expected a whole number from 0 to 65535"),  # an Arabic-Indic 2
+    (["--threads", "0"], "--threads: expected a whole number from 1 up"),
+    (["--interval", "0"], "--interval: expected a number of seconds from 0.01 to 3600"),
+    (["--interval", "nan"], "--interval: expected a number of seconds from 0.01 to 3600"),
+    (["--max-size", "lots"], "--max-size: expected a size in bytes such as 64M (K, M or G may follow the number)"),
 ])
 def test_bad_arguments_are_named(args: List[str], message: str) -> None:
-    proc = run(args)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 2 and message in err and "Traceback" not in err
+    assert run(args) == (2, "", message + "\n")
 
 
-def test_a_bad_qstash_token_is_refused(data_path: Path) -> None:
-    proc = run(["--port", "0", "--data", str(data_path)], env={"QSTASH_TOKEN": "has space"})
-    _, err = proc.communicate(timeout=30)
-    assert (proc.returncode, err) == (2, "QSTASH_TOKEN: expected a token of visible ASCII characters, with no spaces\n")
+@pytest.mark.parametrize("env, message", [
+    ({"QSTASH_TOKEN": "has space"}, "QSTASH_TOKEN: expected a token of visible ASCII characters, with no spaces"),
+    ({"QSTASH_TOKEN": "Bearer abc"}, "QSTASH_TOKEN: drop the word 'Bearer': the variable holds the token alone"),
+    ({"QSTASH_TOKEN": ""}, "QSTASH_TOKEN: expected a non-empty token"),
+    ({"QSTASH_LISTS_MAX_SIZE": "\u00b2"}, "QSTASH_LISTS_MAX_SIZE: expected a size in bytes such as 64M "
+                                         "(K, M or G may follow the number)"),
+    ({"QSTASH_LISTS_INTERVAL": "-1"}, "QSTASH_LISTS_INTERVAL: expected a number of seconds from 0.01 to 3600"),
+])
+def test_a_bad_setting_is_one_line_that_names_it_and_never_shows_it(data_path: Path, env: Dict[str, str],
+                                                                    message: str) -> None:
+    assert run(["--port", "0", "--data", str(data_path)], env=env) == (2, "", message + "\n")
 
 
-def test_version_help_and_example(tmp_path: Path) -> None:
-    proc = run(["--version"])
-    out, _ = proc.communicate(timeout=30)
-    assert (proc.returncode, out) == (0, "python app.py %s\n" % service.__version__)
-    proc = run(["--help"])
-    out, _ = proc.communicate(timeout=30)
-    for name in ["QSTASH_TOKEN", "QSTASH_LISTS_DATA", "(default: 127.0.0.1)", "(default: 8080)", "(default: 8)"]:
-        assert name in out
-    proc = run(["--example"])
-    out, _ = proc.communicate(timeout=30)
-    assert proc.returncode == 0
-    assert out == (ROOT / "data.json").read_text()  # the shipped data.json is the example
+def test_the_command_line_wins_over_the_environment(tmp_path: Path, data_path: Path) -> None:
+    other = tmp_path / "other.json"
+    assert run(["--check", "--data", str(data_path)], env={"QSTASH_LISTS_DATA": str(other)})[0] == 0
+    assert run(["--check"], env={"QSTASH_LISTS_DATA": str(data_path)})[0] == 0
+    assert run(["--check"], env={"QSTASH_LISTS_DATA": str(other)})[0] == 2
+
+
+@pytest.mark.parametrize("entry", list(ENTRY_POINTS))
+def test_version_and_help_name_the_program_as_it_was_run(entry: str) -> None:
+    command = ENTRY_POINTS[entry]
+    if not os.path.exists(command[0]):
+        pytest.skip("%s is not installed (pip install -e .)" % command[0])
+    with started(command + ["--version"]) as proc:
+        assert proc.communicate(timeout=30) == ("%s %s\n" % (entry, service.__version__), "")
+    with started(command + ["--help"]) as proc:
+        out = proc.communicate(timeout=30)[0]
+    assert out.startswith("usage: %s " % entry)
+    for setting in service.SETTINGS.values():
+        if setting.env:
+            assert "\n  %s: %s" % (setting.env, setting.help) in out
+        if setting.option:
+            assert setting.option in out
+
+
+def test_the_example_is_the_shipped_data_file(tmp_path: Path) -> None:
+    code, out, _ = run(["--example"])
+    assert code == 0
+    assert out == (ROOT / "data.json").read_text()
     (tmp_path / "d.json").write_text(out)
-    proc = run(["--check", "--data", str(tmp_path / "d.json")])
-    assert proc.communicate(timeout=30)[0].endswith(": OK: 1 account, 2 URL groups, 2 queues\n")
+    assert run(["--check", "--data", str(tmp_path / "d.json")])[1].endswith(": OK: 1 account, 2 URL groups, 2 queues\n")
 
 
 def test_a_missing_data_file_says_how_to_start(tmp_path: Path) -> None:
     missing = tmp_path / "data.json"
-    proc = run(["--port", "0", "--data", str(missing)])
-    out, err = proc.communicate(timeout=30)
-    assert (proc.returncode, out) == (2, "")
-    assert err == "%s: no such file; to start from the example: python app.py --example > %s\n" % (missing, missing)
-
-
-def test_the_data_file_can_come_from_the_environment(data_path: Path) -> None:
-    proc = run(["--check"], env={"QSTASH_LISTS_DATA": str(data_path)})
-    out, _ = proc.communicate(timeout=30)
-    assert (proc.returncode, out) == (0, "%s: OK: 3 accounts, 1 URL group, 2 queues\n" % data_path)
+    code, out, err = run(["--port", "0", "--data", "data.json"], env={"PWD": str(tmp_path)}, cwd=str(tmp_path))
+    assert (code, out) == (2, "")
+    assert err.splitlines()[-1] == ("%s: no such file; to start from the example: python app.py --example > data.json"
+                                    % missing)
 
 
 def test_log_lines_start_with_an_iso_8601_utc_timestamp(data_path: Path) -> None:
@@ -195,15 +260,14 @@ def _fifo(path: Path) -> Path:
     (lambda p: (p.symlink_to("/dev/zero"), p)[1], [], "not a regular file but a character device"),
     (lambda p: (p.mkdir(), p)[1], [], "not a regular file but a directory"),
     (lambda p: (p.write_text(json.dumps(accounts_document()) + " " * 2000), p)[1], ["--max-size", "1K"],
-     "bytes, over the limit of 1024"),
+     "%d bytes, over the limit of 1024 bytes (--max-size, QSTASH_LISTS_MAX_SIZE)"
+     % (len(json.dumps(accounts_document())) + 2000)),
 ])
 def test_check_refuses_at_once_what_cannot_be_a_data_file(tmp_path: Path, make: Any, args: List[str],
                                                           reason: str) -> None:
     path = make(tmp_path / "data.json")
-    proc = run(["--check", "--data", str(path)] + args)
-    out, err = proc.communicate(timeout=30)  # a FIFO nobody writes to must not hang it
-    assert (proc.returncode, out) == (2, "")
-    assert err.startswith("%s: cannot read: " % path) and reason in err and err.count("\n") == 1
+    code, out, err = run(["--check", "--data", str(path)] + args)  # a FIFO nobody writes to must not hang it
+    assert (code, out, err) == (2, "", "%s: cannot read: %s\n" % (path, reason))
 
 
 def test_a_fifo_swapped_in_while_serving_neither_hangs_it_nor_replaces_the_data(tmp_path: Path) -> None:
@@ -213,10 +277,9 @@ def test_a_fifo_swapped_in_while_serving_neither_hangs_it_nor_replaces_the_data(
         os.remove(path)
         _fifo(path)
         server.proc.send_signal(signal.SIGHUP)  # look now: at a FIFO nobody writes to
-        for _ in range(20):
-            status, _, body = server.get("/v2/queues", auth)
-            assert (status, json.loads(body)) == (200, [ALPHA_QUEUE])
-            time.sleep(0.1)
+        server.err.wait_for("%s: keeping the last good version" % path)  # the look is over: it did not hang
+        status, _, body = server.get("/v2/queues", auth)
+        assert (status, json.loads(body)) == (200, [ALPHA_QUEUE])
         os.remove(path)
         document = accounts_document()
         document["accounts"][0]["queues"][0]["lag"] = 99
@@ -235,7 +298,9 @@ def test_a_port_in_use_is_one_line(data_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        proc = run(["--port", str(port), "--data", str(data_path)])
-        out, err = proc.communicate(timeout=30)
-    assert (proc.returncode, out) == (2, "")
-    assert err.startswith("cannot listen on 127.0.0.1 port %d: " % port) and err.count("\n") == 1
+        code, out, err = run(["--port", str(port), "--data", str(data_path)])
+    assert (code, out) == (2, "")
+    last = err.splitlines()[-1]
+    assert last.startswith("cannot listen on 127.0.0.1 port %d: " % port), err
+    assert last.endswith("; stop what uses it, or choose another port (--port 0 picks a free one)")
+    assert "Traceback" not in err
