@@ -121,6 +121,10 @@ AUTH_CASES = [
     ({"Authorization": "Bearer"}, "", 401, True),
     ({"Authorization": "Bearer "}, "", 401, True),
     ({"Authorization": "Basic dG9rZW4tYTo="}, "", 401, True),
+    ({"Authorization": "Basic token-a"}, "", 401, True),  # an account's token, under another scheme
+    ({"Authorization": "Token token-a"}, "", 401, True),
+    ({"Authorization": "token-a token-a"}, "", 401, True),
+    ({"Authorization": "Bearertoken-a"}, "", 401, True),
     ({"Authorization": "token-a"}, "", 401, True),
     ({"Authorization": "Bearer token-a junk"}, "", 401, True),
     ({"Authorization": "Bearer token-a\tjunk"}, "", 401, True),
@@ -366,3 +370,90 @@ def test_bodies_go_through_the_file_wrapper_by_reference(big_app: Any) -> None:
     assert used[0] < 1000 < len(big.body)
     head = call(big_app, method="HEAD", headers=bearer(TOKEN_A), **{"wsgi.file_wrapper": wrapper})  # type: ignore
     assert len(used) == 2 and head.body == b""  # no body, no wrapper
+
+
+@pytest.mark.parametrize("headers, query, why", [
+    ({}, "", "no credential"),
+    ({}, "limit=1", "no credential"),
+    ({"Authorization": "Basic token-a"}, "", "not a Bearer header"),
+    ({"Authorization": ""}, "", "not a Bearer header"),
+    ({"Authorization": "Bearer"}, "", "malformed"),
+    ({"Authorization": "Bearer token-a junk"}, "", "malformed"),
+    ({}, "qstash_token=", "malformed"),
+    ({"Authorization": "Bearer token-a"}, "qstash_token=", "malformed"),
+    ({}, "&".join(["qstash_token=x%d" % i for i in range(17)]), "malformed"),
+    ({"Authorization": "Bearer token-a"}, "qstash_token=token-b", "tokens disagree"),
+    ({"Authorization": "Bearer nobody"}, "", "unknown token"),
+    ({}, "qstash_token=nobody", "unknown token"),
+])
+def test_the_log_says_why_a_request_got_401_and_the_client_does_not(data_path: Any, caplog: Any, headers: Any,
+                                                                    query: str, why: str) -> None:
+    app = service.create_app(service.open_data(str(data_path), None))
+    with caplog.at_level(logging.INFO, "qstash_lists.access"):
+        response = call(app, "/v2/queues", query=query, headers=headers)
+    assert (response.status, response.json()) == (401, UNAUTHORIZED)
+    line = caplog.records[0].getMessage()
+    assert line.endswith("ms (%s)" % why)
+    assert "token-a" not in line and "nobody" not in line
+
+
+def test_the_log_says_which_item_is_missing_and_nothing_for_a_200(data_path: Any, caplog: Any) -> None:
+    app = service.create_app(service.open_data(str(data_path), None))
+    with caplog.at_level(logging.INFO, "qstash_lists.access"):
+        call(app, "/v2/queues/nothere", headers=bearer(TOKEN_A))
+        call(app, "/v2/topics/nothere", headers=bearer(TOKEN_A))
+        call(app, "/v2/queues/emails", headers=bearer(TOKEN_A))
+    assert [r.getMessage().rpartition("ms")[2] for r in caplog.records] == [
+        " (no such queue)", " (no such URL group)", ""]
+
+
+def test_the_log_shows_the_path_as_it_arrived(data_path: Any, caplog: Any) -> None:
+    app = service.create_app(service.open_data(str(data_path), None))
+    with caplog.at_level(logging.INFO, "qstash_lists.access"):
+        call(app, "/v2/queues/a/b", query="qstash_token=x", REQUEST_URI="/v2/queues/a%2Fb?qstash_token=x")
+        call(app, "/v2/queues/a/b", RAW_URI="/v2/queues/a/b")
+    assert [r.getMessage().split('"')[1] for r in caplog.records] == [
+        "GET /v2/queues/a%2Fb?qstash_token=[redacted]", "GET /v2/queues/a/b"]
+
+
+# A token with "+" and "%" in it: the query decodes "+" to a space and escapes once; a header decodes nothing.
+@pytest.mark.parametrize("headers, query, status", [
+    ({}, "qstash_token=p%2Bq%2541", 200),
+    ({}, "qstash%5Ftoken=p%2Bq%2541", 200),
+    ({}, "qstash_token=p+q%2541", 401),  # "p q%41"
+    ({}, "qstash_token=p%2Bq%41", 401),  # "p+qA"
+    ({}, "qstash_token=p%2Bq%252541", 401),  # decoded twice would be right: once is the rule
+    ({"Authorization": "Bearer p+q%41"}, "", 200),
+    ({"Authorization": "Bearer p%2Bq%2541"}, "", 401),
+])
+def test_query_tokens_decode_like_forms_and_headers_not_at_all(tmp_path: Any, headers: Any, query: str,
+                                                               status: int) -> None:
+    path = write_json(tmp_path / "d.json", {"accounts": [{"token": "p+q%41", "queues": [ALPHA_QUEUE]}]})
+    app = service.create_app(service.open_data(str(path), None), access_log=False)
+    assert call(app, query=query, headers=headers).status == status
+
+
+def test_an_edit_that_keeps_the_length_gets_a_new_etag(tmp_path: Any) -> None:
+    path = write_json(tmp_path / "d.json", {"accounts": [{"token": TOKEN_A, "queues": [ALPHA_QUEUE]}]})
+    data = service.open_data(str(path), None, interval=3600)
+    app = service.create_app(data, access_log=False)
+    before = call(app, "/v2/queues/emails", headers=bearer(TOKEN_A))
+    listed = call(app, headers=bearer(TOKEN_A))
+    write_json(path, {"accounts": [{"token": TOKEN_A, "queues": [dict(ALPHA_QUEUE, lag=5)]}]})  # 0 -> 5
+    assert data.refresh() is True
+    for path_info, old in (("/v2/queues/emails", before), ("/v2/queues", listed)):
+        after = call(app, path_info, headers=dict(bearer(TOKEN_A), **{"If-None-Match": old.headers["ETag"]}))
+        assert after.status == 200 and len(after.body) == len(old.body) and after.body != old.body
+        assert after.headers["ETag"] != old.headers["ETag"]
+
+
+@pytest.mark.parametrize("above, compressed", [(0, True), (1, False)])
+def test_bodies_from_gzip_min_bytes_are_compressed(tmp_path: Any, monkeypatch: Any, above: int,
+                                                   compressed: bool) -> None:
+    path = write_json(tmp_path / "d.json", {"accounts": [{"token": TOKEN_A, "queues": [ALPHA_QUEUE] * 1}]})
+    size = len(call(service.create_app(service.open_data(str(path), None), False), headers=bearer(TOKEN_A)).body)
+    monkeypatch.setattr(service, "GZIP_MIN", size + above)
+    app = service.create_app(service.open_data(str(path), None), access_log=False)
+    response = call(app, headers=dict(bearer(TOKEN_A), **{"Accept-Encoding": "gzip"}))
+    assert ("Content-Encoding" in response.headers) is compressed
+    assert ("Vary" in response.headers) is compressed

@@ -71,6 +71,13 @@ CASES: List[Any] = [
     # Without the raw URI an escaped slash cannot be told from a separator
     ("/v2/queues/a/b", None, TOKEN_A, 404, NOT_FOUND),
     ("/v2/queues/a/b", "/v2/queues/a/b", TOKEN_A, 404, NOT_FOUND),
+    # An escaped slash outside the name makes it no path of ours
+    ("/v2/queues/aq", "/v2/queues%2Faq", TOKEN_A, 404, NOT_FOUND),
+    ("/v2/queues/aq", "/v2%2Fqueues/aq", TOKEN_A, 404, NOT_FOUND),
+    ("/v2/queues/aq", "/v2%2fqueues%2Faq", TOKEN_A, 404, NOT_FOUND),
+    ("/v2/queues/emails", "/%76%32/%71ueues/emails", TOKEN_A, 200, ALPHA_QUEUE),  # escaped letters are letters
+    ("/v2/queues/emails", "http://host/v2/queues/emails", TOKEN_A, 200, ALPHA_QUEUE),  # absolute form
+    ("/v2/queues/emails", "/rewritten/by/a/dispatcher", TOKEN_A, 200, ALPHA_QUEUE),  # not this request: PATH_INFO
     # Deeper, empty, or unknown
     ("/v2/queues/emails/extra", None, TOKEN_A, 404, NOT_FOUND),
     ("/v2/queues/emails/pause", "/v2/queues/emails/pause", TOKEN_A, 404, NOT_FOUND),
@@ -105,6 +112,12 @@ def test_item_paths(app: Any, path_info: str, raw_uri: Optional[str], token: Opt
         assert (response.headers, response.body) == (lists.headers, lists.body)
     else:
         assert response.json() == expected
+
+
+@pytest.mark.parametrize("length, shown", [
+    (service.SHOWN_NAME, "q" * service.SHOWN_NAME), (service.SHOWN_NAME + 1, "q" * service.SHOWN_NAME + "...")])
+def test_a_long_missing_name_is_cut_short_in_the_message(app: Any, length: int, shown: str) -> None:
+    assert call(app, "/v2/queues/" + "q" * length, headers=bearer(TOKEN_A)).json() == no_such("queue", shown)
 
 
 def test_gunicorns_raw_uri_serves_too(app: Any) -> None:

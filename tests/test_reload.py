@@ -1,6 +1,8 @@
 """Live reload: new content is picked up by the reloader, bad content never replaces good,
 readers never see a mix, and no file (a FIFO, a device, a huge or a busy one) stops it."""
 
+import ctypes
+import gc
 import json
 import logging
 import os
@@ -376,3 +378,138 @@ def test_a_file_changing_at_start_up_is_read_at_the_next_look(path: Path, monkey
     assert data.current() is None
     monkeypatch.undo()
     assert data.refresh() is True and served(data) == "v1-0"  # no new signature needed
+
+
+def test_a_file_that_appears_while_its_absence_is_reported_is_loaded_at_the_next_look(path: Path,
+                                                                                     monkeypatch: Any) -> None:
+    data = service.open_data(str(path), None, interval=3600)
+    os.remove(path)
+    real = store.read
+
+    def read_then_write(name: str, max_size: int) -> Any:
+        try:
+            return real(name, max_size)  # fails: there is no file...
+        finally:
+            write_json(path, version(2, 1))  # ...and one appears before the failure is recorded
+
+    monkeypatch.setattr(store, "read", read_then_write)
+    assert data.refresh() is False
+    monkeypatch.undo()
+    assert data.refresh() is True and served(data) == "v2-0"
+
+
+def test_a_read_shorter_than_fstat_says_is_read_again(path: Path, monkeypatch: Any) -> None:
+    """Within one tick of a coarse clock the signature may not change: the length still tells."""
+    data = service.open_data(str(path), None, interval=3600)
+    write_json(path, version(2, 1))
+    real = store._read_at_most
+    calls: List[int] = []
+
+    def short_once(fd: int, limit: int) -> Optional[bytes]:
+        calls.append(fd)
+        raw = real(fd, limit)
+        return raw[:-1] if raw and len(calls) == 1 else raw
+
+    monkeypatch.setattr(store, "_read_at_most", short_once)
+    assert data.refresh(force=True) is True and served(data) == "v2-0" and len(calls) == 2
+
+
+class _Stat:
+    """An fstat result that says the file is smaller than it is."""
+
+    def __init__(self, real: os.stat_result, size: int) -> None:
+        for name in dir(real):
+            if name.startswith("st_"):
+                setattr(self, name, getattr(real, name))
+        self.st_size = size
+
+
+def test_a_file_larger_than_fstat_said_is_cut_off_at_the_limit(path: Path, monkeypatch: Any) -> None:
+    size = path.stat().st_size
+    monkeypatch.setattr(store.os, "fstat", lambda fd: _Stat(os.stat(fd), 10))  # it passes the first check...
+    with pytest.raises(store.DataError) as info:
+        store.read(str(path), max_size=size - 1)  # ...and the read stops one byte past the limit
+    assert info.value.faults == ["%s: cannot read: grew past the limit of %d bytes while being read "
+                                 "(--max-size, QSTASH_LISTS_MAX_SIZE)" % (path, size - 1)]
+
+
+def test_a_file_of_exactly_the_limit_is_read(path: Path) -> None:
+    size = path.stat().st_size
+    assert store.read(str(path), max_size=size)[0] == path.read_bytes()
+    with pytest.raises(store.DataError):
+        store.read(str(path), max_size=size - 1)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert store._read_at_most(fd, size) == path.read_bytes()
+        os.lseek(fd, 0, os.SEEK_SET)
+        assert store._read_at_most(fd, size - 1) is None
+    finally:
+        os.close(fd)
+
+
+def fail_build(raw: bytes) -> Any:
+    raise RuntimeError("a bug")
+
+
+@pytest.mark.parametrize("content, build", [
+    (json.dumps(version(2, 1)), None),  # good
+    ("{not json", None),  # bad
+    (json.dumps({"accounts": [{"token": "t", "queues": [{}]}]}), None),  # invalid
+    (json.dumps(version(2, 1)), fail_build),  # a bug in the build
+])
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_gc_is_as_it_was_after_any_load(path: Path, content: str, build: Any, enabled: bool) -> None:
+    data = service.open_data(str(path), None, interval=3600)
+    if build is not None:
+        data._build = build
+    path.write_text(content)
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        data.refresh(force=True)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def _libc_fork() -> int:
+    """fork(2) from C, as uWSGI forks its workers: no os.register_at_fork hook runs in the child."""
+    return int(ctypes.PyDLL(None).fork())  # PyDLL: the GIL is held across the call, as in uWSGI
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.parametrize("fork", [os.fork, _libc_fork], ids=["os.fork", "fork from C"])
+def test_a_child_forked_in_the_middle_of_a_build_serves_the_file_as_it_is_now(path: Path, fork: Any) -> None:
+    """gunicorn --preload and uWSGI fork workers whenever they like: here, while the parent's
+    reloader is building a new version.  The child must not keep the old snapshot as if it
+    were the new file's, nor the GC paused by a build whose thread it does not have."""
+    parent = os.getpid()
+    building, release = threading.Event(), threading.Event()
+
+    def build(raw: bytes) -> str:
+        if os.getpid() == parent and b"v2-" in raw:
+            building.set()
+            release.wait(10)
+        return str(json.loads(raw)["accounts"][0]["queues"][0]["name"])
+
+    data = store.DataFile(str(path), build, interval=3600)
+    write_json(path, version(2, 1))
+    data.wake()
+    assert building.wait(10) and not gc.isenabled()  # the parent's build is under way, the GC paused
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: forking a threaded process, as servers do
+        pid = fork()
+    if pid == 0:  # the child: report through the exit status only
+        status = 1
+        try:
+            deadline = time.monotonic() + 10
+            while status and time.monotonic() < deadline:
+                status = 0 if data.current() == "v2-0" and gc.isenabled() else 1
+                time.sleep(0.01)
+        finally:
+            os._exit(status)
+    release.set()
+    _, status = os.waitpid(pid, 0)
+    data.close()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert gc.isenabled()

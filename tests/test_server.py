@@ -1,5 +1,6 @@
 """The real thing: ``python app.py`` under waitress in a subprocess, spoken to over HTTP."""
 
+import datetime
 import json
 import os
 import re
@@ -243,11 +244,14 @@ def test_a_missing_data_file_says_how_to_start(tmp_path: Path) -> None:
 
 
 def test_log_lines_start_with_an_iso_8601_utc_timestamp(data_path: Path) -> None:
-    with serving(data_path) as server:
+    with serving(data_path, env={"TZ": "IST-5:30"}) as server:  # a server whose local time is not UTC
         server.get("/v2/queues/emails", {"Authorization": "Bearer " + TOKEN_A})
         _, _, err = server.stop()
     line = next(line for line in err.splitlines() if '"GET /v2/queues/emails"' in line)
-    assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z 127\.0\.0\.1 \"GET /v2/queues/emails\" 200 ", line), line
+    match = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z 127\.0\.0\.1 \"GET /v2/queues/emails\" 200 ", line)
+    assert match, line
+    logged = datetime.datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=datetime.timezone.utc)
+    assert abs((datetime.datetime.now(datetime.timezone.utc) - logged).total_seconds()) < 60
 
 
 def _fifo(path: Path) -> Path:
