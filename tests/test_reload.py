@@ -426,7 +426,7 @@ class _Stat:
 
 def test_a_file_larger_than_fstat_said_is_cut_off_at_the_limit(path: Path, monkeypatch: Any) -> None:
     size = path.stat().st_size
-    monkeypatch.setattr(store.os, "fstat", lambda fd: _Stat(os.stat(fd), 10))  # it passes the first check...
+    monkeypatch.setattr(os, "fstat", lambda fd: _Stat(os.stat(fd), 10))  # it passes the first check...
     with pytest.raises(store.DataError) as info:
         store.read(str(path), max_size=size - 1)  # ...and the read stops one byte past the limit
     assert info.value.faults == ["%s: cannot read: grew past the limit of %d bytes while being read "
