@@ -261,15 +261,12 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
         signal.signal(signal.SIGHUP, _wake_all)
     try:
         settings = read_settings(os.environ if environ is None else environ)
-        try:
-            data = _open(settings, None, required=True)
-        except store.TokenMissing:
-            raise
-        except store.DataError:
-            data = _open(settings, None, required=False)  # logged; served as 503 until it is good
+        data = _open(settings, None, required=True)
     except (ConfigError, store.TokenMissing) as exc:
-        print(_token_missing(settings["data"]) if isinstance(exc, store.TokenMissing) else exc, file=sys.stderr)
+        print(exc, file=sys.stderr)
         raise SystemExit(3) from None
+    except store.DataError:
+        data = _open(settings, None, required=False)  # logged; answered with 503 until it is good
     except KeyboardInterrupt:  # Ctrl-C during the first load: a stop, not a traceback
         raise SystemExit(130) from None
     return create_app(data)
@@ -300,8 +297,8 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         logging.basicConfig(level=logging.INFO, handlers=[handler])
         _handle_signals()  # before the first load: a signal during it must neither kill nor trace back
         data = _open(settings, fallback, required=True)
-    except store.TokenMissing:
-        return _fail([_token_missing(path), "The built-in dev token serves only a loopback address."])
+    except store.TokenMissing as exc:
+        return _fail(exc.faults + ["The built-in dev token serves only a loopback address."])
     except store.DataError as exc:
         if os.path.lexists(path):
             return _fail(exc.faults)
@@ -316,10 +313,6 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
 def _open(settings: Mapping[str, Any], fallback: Optional[str], required: bool) -> store.DataFile[Snapshot]:
     return open_data(settings["data"], settings["token"], settings["interval"], fallback=fallback,
                      max_size=settings["max_size"], required=required)
-
-
-def _token_missing(path: str) -> str:
-    return "%s: holds a single account, and QSTASH_TOKEN is not set: set it to the token its clients send" % path
 
 
 def _handle_signals() -> None:

@@ -278,7 +278,8 @@ def parse(raw: bytes, source: str, token: Optional[str], fallback: Optional[str]
         raise DataError(checker.report(source))
     fallback_used = checker.single_account and token is None
     if fallback_used and fallback is None:
-        raise TokenMissing(["%s: holds a single account, and no token was given for it" % source])
+        raise TokenMissing(["%s: holds a single account, and QSTASH_TOKEN is not set: set it to the token its "
+                            "clients send" % source])
     return Store(accounts, checker.single_account, fallback_used)
 
 

@@ -216,7 +216,8 @@ def test_without_a_fallback_the_one_account_form_is_kept_out(path: Path, caplog:
     with caplog.at_level(logging.ERROR, "qstash_lists"):
         assert data.refresh() is False
     assert served(data) == "v1-0"
-    assert caplog.messages[0] == "%s: holds a single account, and no token was given for it" % path
+    assert caplog.messages[0] == ("%s: holds a single account, and QSTASH_TOKEN is not set: set it to the token "
+                                  "its clients send" % path)
 
 
 def test_a_closed_data_file_stops_its_reloader(path: Path) -> None:
