@@ -1,16 +1,10 @@
 """qstash-lists: QStash's URL groups and queues, read-only, served from a JSON file.
 
-It answers ``GET /v2/topics``, ``GET /v2/queues`` and one item of each by name
-(``/v2/topics/{urlGroupName}``, ``/v2/queues/{queueName}``), behind bearer-token auth.
-Serve (under waitress)::
-
-    python app.py [--host 127.0.0.1] [--port 8080] [--data data.json] [--quiet] ...
-    python app.py --check [--data data.json]
-    python app.py --example > data.json
-
-Embed: ``make_app`` is the factory for ``waitress-serve --call``, gunicorn, uWSGI and
-other WSGI servers (it reads the environment variables of SETTINGS); ``create_app``
-builds the callable from a :class:`store.DataFile` you opened with :func:`open_data`.
+It answers ``GET /v2/topics``, ``GET /v2/queues`` and one item of each by name, behind
+bearer-token auth.  Serve with ``python app.py`` (``--help`` lists the settings), check a
+file with ``python app.py --check``.  Embed: ``make_app`` is the factory for
+``waitress-serve --call``, gunicorn and uWSGI (it reads the environment, see SETTINGS);
+``create_app`` serves a :class:`store.DataFile` you opened with :func:`open_data`.
 Standard library only; waitress is imported only to serve.
 """
 
@@ -62,16 +56,10 @@ WSGIApplication = Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]
 DEV_TOKEN = "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3JkIn0="
 
 
-class Route(NamedTuple):
-    """A collection: the store.Account field it lists, and what one of its items is called."""
-
-    field: str
-    noun: str
-
-
-#: The route table, the one place that names the paths: each collection's path (no
-#: trailing slash).  An item's path is its collection's path plus one segment, its name.
-ROUTES = {"/v2/topics": Route("url_groups", "URL group"), "/v2/queues": Route("queues", "queue")}
+#: The route table, the one place that names the paths: each collection's path (no trailing
+#: slash) -> the store.Account field it lists and what one of its items is called.  An item's
+#: path is its collection's path plus one segment, its name.
+ROUTES = {"/v2/topics": ("url_groups", "URL group"), "/v2/queues": ("queues", "queue")}
 #: A collection's path as requested, with or without one trailing slash -> its route's path.
 _PATHS = {path + slash: path for path in ROUTES for slash in ("", "/")}
 ALLOWED = "GET, HEAD"
@@ -81,9 +69,8 @@ GZIP_MIN = 1024
 #: baseline and the documented waitress-serve command use them too.
 WAITRESS_SETTINGS: Dict[str, Any] = {
     "ident": "qstash-lists",  # the Server header: no version numbers
-    # Bodies go to waitress by reference (wsgi.file_wrapper), so what waits for a slow reader
-    # costs next to no memory; waitress's default (16 MiB) parks a worker thread for as long as
-    # one client does not read, and a few such clients stop every other one.
+    # Bodies go by reference (wsgi.file_wrapper): what waits for a slow reader costs next to no
+    # memory, while waitress's default watermark parks a worker for as long as a client does not read.
     "outbuf_high_watermark": 1 << 40,
     "asyncore_use_poll": True,  # select() fails on descriptors above 1023; poll() does not
     "channel_timeout": 15,  # close a connection that has sent and been sent nothing for 15 s...
@@ -107,7 +94,7 @@ access_logger = logging.getLogger("qstash_lists.access")
 
 
 class Setting(NamedTuple):
-    """One setting: its option and environment variable (either may be None), default, parser and help."""
+    """A setting's option and environment variable (either may be None), default, parser and help."""
 
     option: Optional[str]
     env: Optional[str]
@@ -142,18 +129,14 @@ def _size(text: str) -> int:
 
 
 def _seconds(text: str) -> float:
-    try:
-        value = float(text) if text.isascii() else 0.0
-    except ValueError:
-        value = 0.0
-    if not 0.01 <= value <= 3600:  # NaN too
+    value = float(text) if text.isascii() and text.replace(".", "", 1).isdigit() else 0.0
+    if not 0.01 <= value <= 3600:
         raise ValueError("expected a number of seconds from 0.01 to 3600")
     return value
 
 
-#: Every setting, read in one place (read_settings) by main, make_app and --help, as
-#: waitress's Adjustments are.  The command line wins over the environment, which wins over
-#: the default.  Nothing else is read.
+#: Every setting, read in one place (read_settings) by main, make_app and --help, as waitress's
+#: Adjustments are: the command line wins over the environment, which wins over the default.
 SETTINGS: Dict[str, Setting] = {
     "data": Setting("--data", "QSTASH_LISTS_DATA", "data.json", str, "the data file"),
     "token": Setting(None, "QSTASH_TOKEN", None, _token,
@@ -174,10 +157,9 @@ class ConfigError(Exception):
 
 
 def read_settings(environ: Mapping[str, str], args: Optional[argparse.Namespace] = None) -> Dict[str, Any]:
-    """Return every setting of SETTINGS, parsed; raise ConfigError naming the first bad one.
+    """Return every setting, parsed (``args``: what the command line gave, None where nothing).
 
-    ``args`` holds what the command line gave (None where it gave nothing).
-    A value is never repeated in the message: it may be a secret.
+    Raise ConfigError naming the first bad one; its value is never repeated: it may be a secret.
     """
     settings = {}
     for key, setting in SETTINGS.items():
@@ -197,9 +179,8 @@ def open_data(path: str, token: Optional[str], interval: float = 1.0, *, fallbac
               max_size: int = store.DEFAULT_MAX_SIZE, required: bool = True) -> store.DataFile[Snapshot]:
     """Load the data file at ``path`` and keep it fresh (see :class:`store.DataFile`).
 
-    ``token`` is the token of a one-account file (``fallback`` if it is None);
-    see :func:`store.parse`.  Raise DataError if the file is bad, unless not
-    ``required``: then the app answers 503 until a good version appears.
+    ``token`` is a one-account file's (``fallback`` if None; see :func:`store.parse`).  Raise
+    DataError if the file is bad, unless not ``required``: then the app answers 503 until it is good.
     """
     return store.DataFile(path, lambda raw: Snapshot(store.parse(raw, path, token, fallback)), interval,
                           max_size=max_size, required=required)
@@ -234,8 +215,7 @@ def create_app(source: store.DataFile[Snapshot], access_log: bool = True) -> WSG
         file_wrapper = environ.get("wsgi.file_wrapper")
         if file_wrapper is None:
             return [data]
-        # By reference: a server that queues the answer for a slow reader keeps a pointer to
-        # the snapshot's bytes (BytesIO shares them), not a copy per connection.
+        # By reference: what waits for a slow reader is the snapshot's bytes (BytesIO shares them), not a copy.
         wrapped: Iterable[bytes] = file_wrapper(io.BytesIO(data))
         return wrapped
 
@@ -243,17 +223,13 @@ def create_app(source: store.DataFile[Snapshot], access_log: bool = True) -> WSG
 
 
 def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
-    """Build the app from the environment (the variables of SETTINGS).
+    """Build the app from the environment (the variables of SETTINGS): the factory for servers.
 
-    This is the factory for ``waitress-serve --call app:make_app``, gunicorn,
-    uWSGI and other servers.  It cannot know the address it will listen on, so
-    it never falls back to the dev token.  What only the environment can fix (a
-    bad setting, a one-account file without QSTASH_TOKEN) stops the server: one
-    line on stderr and SystemExit(3), which gunicorn reports as a worker that
-    failed to boot instead of booting it again.  A data file that is bad or
-    missing does not: the app answers 503 and loads the file once it is good,
-    so a server restarting a worker at the wrong moment keeps running.
-    Where no one else handles SIGHUP, it makes the reloader look now.
+    It cannot know its address, so it never falls back to the dev token.  What only the
+    environment can fix (a bad setting, a one-account file without QSTASH_TOKEN) stops the
+    server: one line on stderr and SystemExit(3), which gunicorn takes for a worker that
+    failed to boot, not one to boot again.  A bad or missing data file does not: the app
+    answers 503 until it is good.  Where nobody handles SIGHUP, it makes the reloader look now.
     """
     # uWSGI keeps its own handlers out of Python's sight (getsignal says SIG_DFL): leave them be.
     if (hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread()
@@ -316,18 +292,18 @@ def _open(settings: Mapping[str, Any], fallback: Optional[str], required: bool) 
 
 
 def _handle_signals() -> None:
-    def stop(signum: int, frame: Any) -> None:
-        raise SystemExit(0)  # waitress's run() closes its sockets and threads on the way out
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, _wake_all)
 
 
+def _stop(signum: int, frame: Any) -> None:
+    raise SystemExit(0)  # waitress's run() closes its sockets and threads on the way out
+
+
 def _wake_all(signum: int, frame: Any) -> None:
-    """SIGHUP: have every reloader look at its data file now (a signal handler only sets events)."""
-    store.wake_all()
+    store.wake_all()  # SIGHUP: every reloader looks now (a signal handler only sets events)
 
 
 def _serve(settings: Mapping[str, Any], quiet: bool, data: store.DataFile[Snapshot]) -> int:
@@ -343,7 +319,8 @@ def _serve(settings: Mapping[str, Any], quiet: bool, data: store.DataFile[Snapsh
     except (OSError, ValueError) as exc:
         return _fail(["cannot listen on %s port %d: %s; stop what uses it, or choose another port "
                       "(--port 0 picks a free one)" % (host, port, exc)])
-    urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in _listening(server)]
+    listening = getattr(server, "effective_listen", None) or [(server.effective_host, server.effective_port)]
+    urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in listening]  # "localhost": 2
     snapshot = data.current()
     assert snapshot is not None  # open_data raised otherwise
     loaded = snapshot.store
@@ -365,10 +342,8 @@ def _serve(settings: Mapping[str, Any], quiet: bool, data: store.DataFile[Snapsh
 
 
 class HTTPError(Exception):
-    """An error answer: a status, a JSON ``{"error": message}`` body, extra headers.
-
-    ``why`` says more for the access log only (never to the client).
-    """
+    """An error answer: a status, a JSON ``{"error": message}`` body, extra headers, and ``why``
+    for the access log only."""
 
     status = HTTPStatus.INTERNAL_SERVER_ERROR
     message = "internal server error; the server log has the details"
@@ -382,8 +357,8 @@ class HTTPError(Exception):
         """Return the status line, headers and body of this error."""
         body = json.dumps({"error": self.message}, separators=(",", ":")).encode()
         headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
-                   ("X-Content-Type-Options", "nosniff")]
-        return "%d %s" % (self.status, self.status.phrase), headers + self.headers, body
+                   ("X-Content-Type-Options", "nosniff")] + self.headers
+        return "%d %s" % (self.status, self.status.phrase), headers, body
 
 
 class NotFound(HTTPError):
@@ -425,10 +400,8 @@ class MethodNotAllowed(HTTPError):
 
 
 class Unauthorized(HTTPError):
-    """No credential, or one that is malformed or unknown: one answer for all, the reason in the log only.
-
-    The challenge says ``error="invalid_token"`` when a credential was sent (RFC 6750, 3.1).
-    """
+    """No credential, or a malformed or unknown one: one answer for all, the reason in the log only.
+    The challenge says ``error="invalid_token"`` when a credential was sent (RFC 6750, 3.1)."""
 
     status = HTTPStatus.UNAUTHORIZED
     message = ("unauthorized: send your QStash token as 'Authorization: Bearer <token>' "
@@ -447,8 +420,7 @@ class Representation:
     def __init__(self, data: bytes, etag: str, vary: bool, encoding: Optional[str] = None) -> None:
         self.data = data
         self.etag = etag
-        # A 304 carries what the 200 would have of these (RFC 9110, 15.4.5); Vary when the body
-        # depends on Accept-Encoding (12.5.5).
+        # A 304 repeats these of the 200 (RFC 9110, 15.4.5); Vary: the body depends on Accept-Encoding (12.5.5).
         cache = [("ETag", etag), ("Cache-Control", "no-cache"), ("X-Content-Type-Options", "nosniff")]
         if vary:
             cache.append(("Vary", "Accept-Encoding"))
@@ -459,10 +431,8 @@ class Representation:
 
 
 class Body:
-    """One response body, encoded once per snapshot; gzip-compressed on first demand.
-
-    Its ETag is a digest of the bytes: any change, even one that keeps the length, is another tag.
-    """
+    """One response body, encoded once per snapshot, gzipped on first demand.  Its ETag is a
+    digest of the bytes: any change, even one that keeps the length, is another tag."""
 
     __slots__ = ("compressible", "identity", "_gzip")
 
@@ -481,19 +451,14 @@ class Body:
 
 
 class Snapshot:
-    """One loaded data file and its response bodies, ready to serve.
-
-    The lists are encoded when the snapshot is built; an item's body is encoded
-    the first time it is asked for and kept for the snapshot's life, so a file
-    of 100,000 queues does not pay for 100,000 bodies nobody reads.
-    """
+    """One loaded data file and its response bodies: the lists encoded when it is built, an
+    item when first asked for (kept for the snapshot's life: nobody pays for bodies nobody reads)."""
 
     def __init__(self, loaded: store.Store) -> None:
         self.store = loaded
         self.lists = {
-            (account.token_sha256, path): Body(store.encode(getattr(account, route.field)))
-            for account in loaded.accounts
-            for path, route in ROUTES.items()
+            (account.token_sha256, path): Body(store.encode(getattr(account, field)))
+            for account in loaded.accounts for path, (field, _) in ROUTES.items()
         }
         self.items: Dict[Tuple[bytes, str, str], Body] = {}
 
@@ -502,10 +467,10 @@ class Snapshot:
         key = (account.token_sha256, path, name)
         body = self.items.get(key)
         if body is None:
-            route = ROUTES[path]
-            found = account.item(route.field, name)
+            field, noun = ROUTES[path]
+            found = account.item(field, name)
             if found is None:
-                raise NoSuchItem(route.noun, name)
+                raise NoSuchItem(noun, name)
             # Two threads may both encode it; the bytes are the same, and one copy is kept.
             body = self.items.setdefault(key, Body(found.to_json().encode()))
         return body
@@ -539,11 +504,10 @@ def respond(environ: WSGIEnvironment, snapshot: Snapshot) -> Tuple[str, Headers,
 def _item_path(environ: WSGIEnvironment, path_info: str) -> Tuple[str, str]:
     """Split an item's path into its collection's path and the item's name; raise NotFound.
 
-    The name is the one segment after the collection's path (a trailing slash
-    is dropped, as on the lists), percent-decoded once.  The server has already
-    decoded PATH_INFO, where an escaped slash (``%2F``) looks like a separator;
-    the raw request URI, where the server passes it on, tells the two apart, and
-    an escaped slash anywhere else in the path makes it no path of ours.
+    The name is the one segment after the collection's path (a trailing slash is dropped),
+    percent-decoded once.  In PATH_INFO, already decoded, an escaped slash (``%2F``) looks
+    like a separator: the raw URI, where the server passes it on, tells them apart (and an
+    escaped slash anywhere else makes it no path of ours).
     """
     parts = path_info.split("/", 3)  # "", "v2", "queues", "<name>" -- split once, look up twice
     path = "/".join(parts[:3])
@@ -552,7 +516,7 @@ def _item_path(environ: WSGIEnvironment, path_info: str) -> Tuple[str, str]:
     raw = (environ.get("REQUEST_URI") or environ.get("RAW_URI") or "").partition("?")[0]  # waitress, uWSGI; gunicorn
     if raw and unquote_to_bytes(_latin1(raw)).endswith(_latin1(path_info)):  # this request as it arrived
         head, _, segment = (raw[:-1] if raw.endswith("/") else raw).rpartition("/")
-        if [_unquote_segment(piece) for piece in head.split("/")[-2:]] != parts[1:3]:
+        if [unquote_to_bytes(_latin1(piece)) for piece in head.split("/")[-2:]] != [_latin1(p) for p in parts[1:3]]:
             raise NotFound()
         name = unquote_to_bytes(_latin1(segment))
     else:  # no raw URI, or one that a dispatcher rewrote: PATH_INFO alone
@@ -565,17 +529,9 @@ def _item_path(environ: WSGIEnvironment, path_info: str) -> Tuple[str, str]:
     return path, name.decode("utf-8", "backslashreplace")
 
 
-def _unquote_segment(piece: str) -> str:
-    return unquote_to_bytes(_latin1(piece)).decode("latin-1")
-
-
 def _credential(environ: WSGIEnvironment) -> bytes:
-    """Return the request's one token, or raise Unauthorized with the reason.
-
-    A request may carry its token in the Authorization header, in qstash_token
-    query parameters, or in several of these; every one must be well formed and
-    all must be the same token.
-    """
+    """Return the request's one token, or raise Unauthorized with the reason.  It may come in
+    the Authorization header and qstash_token query fields: each well formed, all the same."""
     query = environ.get("QUERY_STRING")
     header = environ.get("HTTP_AUTHORIZATION")
     if not query and header is not None and header[:7] == "Bearer ":  # the usual form, the short way
@@ -605,10 +561,9 @@ _ESCAPED_FIELD = re.compile(r"&([^&=]*%[^&=]*)(=[^&]*)?")
 def _query_tokens(query: str) -> set[bytes]:
     """Return the distinct decoded values of the query's qstash_token fields (b"" for an empty one).
 
-    The query is cut at each plain ``&qstash_token`` and scanned for escaped
-    names by regular expression, not read field by field in Python, and each
-    distinct spelling is decoded once: a thousand repeated or unknown fields
-    cost little.  More than MAX_QUERY_TOKENS spellings are refused unread.
+    The query is cut at each ``&qstash_token`` and searched for escaped names by regular
+    expression, not read field by field, and each distinct spelling is decoded once: a
+    thousand fields cost little.  More than MAX_QUERY_TOKENS spellings are refused unread.
     """
     query = "&" + query
     spellings = set()
@@ -671,9 +626,8 @@ def _matches(header: str, etag: str) -> bool:
 def _request_line(environ: WSGIEnvironment) -> str:
     """Return 'METHOD /path?query' for the log: the path as it arrived, printable, short, no query value.
 
-    Every value is redacted (but those of LOGGED_QUERY_VALUES), and so is a field
-    whose name is not a plain parameter name (a token pasted as the whole query);
-    at most LOGGED_QUERY_FIELDS fields are shown, then how many more there were.
+    Every value is redacted (but LOGGED_QUERY_VALUES'), and so is a field whose name is no
+    plain name (a token pasted as the query); after LOGGED_QUERY_FIELDS fields, a count.
     """
     raw = (environ.get("REQUEST_URI") or environ.get("RAW_URI") or "").partition("?")[0]
     if raw:  # escapes as sent: /v2/queues/a%2Fb is not /v2/queues/a/b
@@ -714,10 +668,8 @@ def _printable(text: str, safe: str = _QUERY_SAFE) -> str:
 
 def is_loopback(host: str) -> bool:
     """Tell whether ``host`` names only this machine's loopback interface."""
-    if host == "localhost":
-        return True
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
 
@@ -728,12 +680,6 @@ class _UTCFormatter(logging.Formatter):
     def formatTime(self, record: logging.LogRecord, datefmt: Optional[str] = None) -> str:  # noqa: N802
         """Return the record's time as 2026-11-23T18:41:39.123Z."""
         return "%s.%03dZ" % (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)), record.msecs)
-
-
-def _listening(server: Any) -> List[Tuple[str, int]]:
-    if hasattr(server, "effective_listen"):  # several sockets, as for "localhost"
-        return [(host, port) for host, port in server.effective_listen]
-    return [(server.effective_host, server.effective_port)]
 
 
 def _program() -> str:
@@ -769,8 +715,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _fail(lines: Sequence[str]) -> int:
-    for line in lines:
-        print(line, file=sys.stderr)
+    print("\n".join(lines), file=sys.stderr)
     return 2
 
 

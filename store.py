@@ -1,13 +1,11 @@
 """The data behind qstash-lists: load, validate and watch the JSON data file.
 
-The file holds one account (``{"urlGroups": [...], "queues": [...]}``, whose
-token the caller supplies) or several (``{"accounts": [{"token": ...}, ...]}``).
-It becomes dataclasses, or a :class:`DataError` that lists every fault
-with its exact place.  :func:`read` reads a data file without ever blocking, and
-:class:`DataFile` keeps the last good snapshot of a file that people edit while the
-service runs, reloaded by a thread of its own.  Nothing here knows about HTTP.
-
-Check a file from the shell with ``python app.py --check --data FILE``.
+The file holds one account (``{"urlGroups": [...], "queues": [...]}``, whose token the
+caller supplies) or several (``{"accounts": [{"token": ...}, ...]}``).  It becomes
+dataclasses, or a :class:`DataError` that lists every fault with its exact place.
+:func:`read` never blocks, and :class:`DataFile` keeps the last good snapshot of a file
+that people edit while it is served.  Nothing here knows about HTTP.  From the shell:
+``python app.py --check --data FILE``.
 """
 
 import gc
@@ -32,23 +30,18 @@ __all__ = ["Account", "DataError", "DataFile", "Endpoint", "FileChanging", "Queu
 logger = logging.getLogger("qstash_lists")
 
 #: The shipped data.json (``python app.py --example`` prints it): a starter file of one account.
-EXAMPLE: Dict[str, Any] = {
-    "urlGroups": [
-        {"createdAt": 1700000000000, "updatedAt": 1700000500000, "name": "orders", "endpoints": [
-            {"name": "billing", "url": "https://billing.example.com/hooks/orders"},
-            {"name": "shipping", "url": "https://shipping.example.com/hooks/orders"},
-        ]},
-        {"createdAt": 1700001000000, "updatedAt": 1700001000000, "name": "signups", "endpoints": [
-            {"url": "https://crm.example.com/webhooks/signup"},
-        ]},
-    ],
-    "queues": [
-        {"createdAt": 1700000000000, "updatedAt": 1700000000000, "name": "emails",
-         "parallelism": 2, "lag": 0, "paused": False},
-        {"createdAt": 1700002000000, "updatedAt": 1700003000000, "name": "reports",
-         "parallelism": 1, "lag": 12, "paused": True},
-    ],
-}
+EXAMPLE: Dict[str, Any] = {"urlGroups": [
+    {"createdAt": 1700000000000, "updatedAt": 1700000500000, "name": "orders", "endpoints": [
+        {"name": "billing", "url": "https://billing.example.com/hooks/orders"},
+        {"name": "shipping", "url": "https://shipping.example.com/hooks/orders"}]},
+    {"createdAt": 1700001000000, "updatedAt": 1700001000000, "name": "signups",
+     "endpoints": [{"url": "https://crm.example.com/webhooks/signup"}]},
+], "queues": [
+    {"createdAt": 1700000000000, "updatedAt": 1700000000000, "name": "emails", "parallelism": 2, "lag": 0,
+     "paused": False},
+    {"createdAt": 1700002000000, "updatedAt": 1700003000000, "name": "reports", "parallelism": 1, "lag": 12,
+     "paused": True},
+]}
 #: A data file larger than this is refused (``--max-size``, ``QSTASH_LISTS_MAX_SIZE``).  Loading
 #: takes several times a file's size in memory (tests/benchmark.py measures it).
 DEFAULT_MAX_SIZE = 64 * 1024 * 1024
@@ -70,6 +63,8 @@ _GROUP_KEYS = frozenset(("createdAt", "updatedAt", "name", "endpoints"))
 _ENDPOINT_KEYS = frozenset(("url", "name"))
 _QUEUE_KEYS = frozenset(("createdAt", "updatedAt", "name", "parallelism", "lag", "paused"))
 _QUEUE_FIELDS = itemgetter("createdAt", "updatedAt", "name", "parallelism", "lag")
+_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFDIR: "a directory",
+          stat.S_IFSOCK: "a socket", stat.S_IFBLK: "a block device"}
 _GROUP_FIELDS = itemgetter("createdAt", "updatedAt", "name", "endpoints")
 
 T = TypeVar("T")
@@ -79,10 +74,7 @@ Signature = Tuple[int, int, int, int, int]
 
 
 class DataError(Exception):
-    """A data file that cannot be served; ``faults`` holds one line per fault.
-
-    ``signature`` is that of the version judged, where one was (see read).
-    """
+    """A data file that cannot be served: ``faults``, one line each, and the ``signature`` judged (see read)."""
 
     def __init__(self, faults: List[str], signature: Optional[Signature] = None) -> None:
         super().__init__("\n".join(faults))
@@ -98,11 +90,9 @@ class FileChanging(DataError):
     """The file changed each time it was read: a writer is busy with it."""
 
 
-# Endpoint, UrlGroup and Queue are not frozen: a frozen dataclass sets each field
-# through object.__setattr__ (0.79 µs a queue here, against 0.12 µs), and at 100,000
-# queues that took almost as long as parsing the file.  Nothing changes them once
-# loaded; a new version of the file becomes new objects.  Each writes itself as the
-# API's compact JSON (see encode).
+# Endpoint, UrlGroup and Queue are not frozen (a frozen dataclass sets each field through
+# object.__setattr__, which at 100,000 queues costs about as much as parsing the file), but
+# nothing changes them once loaded.  Each writes itself as the API's compact JSON (see encode).
 
 
 @dataclass
@@ -199,25 +189,20 @@ class Store:
         object.__setattr__(self, "by_digest", {account.token_sha256: account for account in self.accounts})
 
     def find(self, token: bytes) -> Optional[Account]:
-        """Return the account whose token is ``token``, or None; one lookup, whatever the number of accounts.
+        """Return the account whose token is ``token``, or None: one lookup, whatever their number.
 
-        The dict is keyed by the SHA-256 digest of each token, not by the token:
-        a probe's timing can tell an attacker at most how a digest of their
-        choosing compares with stored digests, and a digest cannot be steered
-        towards a secret one without inverting SHA-256.  So neither the secret
-        nor its length leaks, as with a constant-time comparison.
+        Keyed by the tokens' SHA-256 digests: a probe's timing tells at most how a digest of
+        the prober's choosing compares with stored ones, and a digest cannot be steered
+        towards a secret one, so neither a token nor its length leaks.
         """
         return self.by_digest.get(hashlib.sha256(token).digest())
 
     def summary(self) -> str:
         """Return "N accounts, N URL groups, N queues"."""
-        groups = sum(len(account.url_groups) for account in self.accounts)
-        queues = sum(len(account.queues) for account in self.accounts)
-        return "%s, %s, %s" % (
-            _plural(len(self.accounts), "account"),
-            _plural(groups, "URL group"),
-            _plural(queues, "queue"),
-        )
+        counts = (len(self.accounts), sum(len(account.url_groups) for account in self.accounts),
+                  sum(len(account.queues) for account in self.accounts))
+        return ", ".join("%d %s%s" % (n, noun, "" if n == 1 else "s")
+                         for n, noun in zip(counts, ("account", "URL group", "queue")))
 
 
 def check_token(token: str) -> Optional[str]:
@@ -238,20 +223,16 @@ def megabytes(size: int) -> str:
 
 def load(path: str, token: Optional[str], fallback: Optional[str] = None,
          max_size: int = DEFAULT_MAX_SIZE) -> Store:
-    """Read (see :func:`read`) and validate the data file at ``path``; raise DataError on any fault.
-
-    ``token`` is the token of a file in the one-account form (``fallback`` when
-    ``token`` is None); a file that lists its accounts names their tokens itself.
-    """
+    """Read (see :func:`read`) and validate the data file at ``path`` (see :func:`parse`); raise DataError."""
     return parse(read(path, max_size)[0], path, token, fallback)
 
 
 def parse(raw: bytes, source: str, token: Optional[str], fallback: Optional[str] = None) -> Store:
     """Validate the JSON document ``raw``; ``source`` names it in fault messages.
 
-    The file's form is decided by this one parse: a one-account file gets
-    ``token``, or ``fallback`` if ``token`` is None (the store then says so in
-    ``fallback_used``), or raises TokenMissing if both are None.
+    This one parse decides the form: a one-account file gets ``token``, or ``fallback`` if
+    that is None (then ``fallback_used``), or raises TokenMissing if both are; a file that
+    lists accounts names their tokens itself.
     """
     try:
         text = raw.decode("utf-8-sig")  # an editor's byte-order mark is harmless
@@ -263,9 +244,8 @@ def parse(raw: bytes, source: str, token: Optional[str], fallback: Optional[str]
         except ValueError as exc:
             if isinstance(exc, json.JSONDecodeError):
                 raise
-            # Python 3.11+ refuses an integer of over 4,300 digits with a plain ValueError that
-            # names no place.  Only then parse again, keeping long integers out of int(), so
-            # the checker can say where they are; the usual path pays nothing for this.
+            # Python 3.11+ refuses an integer of over 4,300 digits with a ValueError that names no place:
+            # only then parse again, keeping long integers out of int(), so the checker can say where.
             document = json.loads(text, parse_int=_parse_int)
     except json.JSONDecodeError as exc:
         fault = "line %d, column %d: invalid JSON: %s" % (exc.lineno, exc.colno, exc.msg)
@@ -286,13 +266,11 @@ def parse(raw: bytes, source: str, token: Optional[str], fallback: Optional[str]
 def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> Tuple[bytes, Signature]:
     """Return the bytes of the data file at ``path`` and the signature of the version read.
 
-    Never blocks: the file is opened with O_NONBLOCK and must be a regular file
-    (not a FIFO, a device or a directory) of at most ``max_size`` bytes, judged
-    by ``fstat`` on the opened descriptor, so a symlink is judged by its target.
-    A version that changes while it is read (by the same descriptor's ``fstat``
-    before and after) is read again; FileChanging if it keeps changing.  Each
-    refusal is a DataError of one line, whose ``signature`` is the version it
-    judged (None when it could not open the file, or it kept changing).
+    Never blocks: opened with O_NONBLOCK, it must be a regular file (so no FIFO or device)
+    of at most ``max_size`` bytes, as ``fstat`` on the descriptor says (a symlink is judged
+    by its target).  A version that changes while it is read is read again; FileChanging
+    if it keeps changing.  Each refusal is a DataError of one line, with the signature it
+    judged (None when the file could not be opened, or kept changing).
     """
     for _ in range(READ_ATTEMPTS):
         try:
@@ -303,8 +281,8 @@ def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> Tuple[bytes, Signature]
             before = os.fstat(fd)
             judged = _signature(before)
             if not stat.S_ISREG(before.st_mode):
-                raise DataError(["%s: cannot read: not a regular file but %s" % (path, _file_kind(before.st_mode))],
-                                judged)
+                kind = _KINDS.get(stat.S_IFMT(before.st_mode), "not a plain file")
+                raise DataError(["%s: cannot read: not a regular file but %s" % (path, kind)], judged)
             if before.st_size > max_size:
                 raise DataError(["%s: cannot read: %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE)"
                                  % (path, megabytes(before.st_size), megabytes(max_size))], judged)
@@ -327,21 +305,15 @@ def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> Tuple[bytes, Signature]
 class DataFile(Generic[T]):
     """The last good snapshot of a data file that may change while it is served.
 
-    A reloader thread of its own looks at the file's signature every ``interval``
-    seconds and, when it changed, reads the file and builds a new snapshot with
-    ``build(raw)`` aside, then puts it in service whole.  Requests only read
-    :meth:`current`: they never wait for a load or a look.  A version that
-    ``build`` rejects with DataError, or that cannot be read, is logged once and
-    the last good snapshot stays in service.  :meth:`wake` asks for a look now,
-    whatever the signature says (SIGHUP); :meth:`close` stops the thread.
-
-    Every process has its own reloader: a process forked from this one (by
-    ``os.fork``, gunicorn, or uWSGI without Python's fork hooks) starts one at the
-    fork or at its first :meth:`current`, whichever comes first, and looks at once.
-
-    The first load happens in the constructor: its DataError is raised when
-    ``required``; otherwise it is logged, :meth:`current` returns None until a
-    good version appears, and the reloader keeps looking.
+    A reloader thread looks at the file's signature every ``interval`` seconds and, when it
+    changed, reads the file and builds a new snapshot with ``build(raw)`` aside, then puts it
+    in service whole: requests only read :meth:`current` and never wait.  A version that
+    cannot be read or built (DataError) is logged once, and the last good snapshot stays.
+    :meth:`wake` asks for a look now, changed or not (SIGHUP); :meth:`close` stops the thread.
+    Each process has its own reloader: a forked one starts it at the fork, or at its first
+    :meth:`current` where no fork hook ran (uWSGI), and looks at once.  The first load is the
+    constructor's: its DataError is raised if ``required``, else logged, and :meth:`current`
+    returns None until a good version appears.
     """
 
     def __init__(self, path: str, build: Callable[[bytes], T], interval: float = 1.0, *,
@@ -383,11 +355,7 @@ class DataFile(Generic[T]):
             self._thread.join()
 
     def refresh(self, force: bool = False) -> bool:
-        """Look now, from this thread: load the file if it changed (always with ``force``).
-
-        Return whether a new snapshot went into service.  The reloader calls
-        this; tests and embedders may too.
-        """
+        """Look now, from this thread: load the file if it changed (always with ``force``); tell if it was."""
         with self._lock:
             if not force and _stat(self.path) == self._state[0]:
                 return False
@@ -401,9 +369,8 @@ class DataFile(Generic[T]):
     def _load(self) -> Optional[DataError]:
         """Read and build the file; return its fault, if any.  Callers hold the lock (or are the constructor).
 
-        The signature judged and the snapshot in service change together, here
-        only, so nothing ever pairs one version's signature with another's
-        snapshot: not a look, not a failure, not a process forked meanwhile.
+        The signature judged and the snapshot in service change together, here only: nothing
+        pairs one version's signature with another's snapshot, nor does a process forked meanwhile.
         """
         signature = None
         try:
@@ -437,11 +404,9 @@ class DataFile(Generic[T]):
         if self._pid and _gc_pausers:  # a forked child: the parent's builds ended with its threads
             _gc_pausers.clear()
             gc.enable()
-        # New ones: in a forked child, the parent's may be held by a thread that is not there.
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # new: in a child, the parent's may be held by a thread not there
         self._wake = threading.Event()
-        # The thread holds only a weak reference: a DataFile nobody uses any more stops its reloader.
-        # A forked child looks at once: the parent may have been in the middle of a load.
+        # A weak reference: a DataFile nobody uses any more stops its reloader.  A child looks at once.
         wait = self.interval if self._pid == 0 else 0
         self._thread = threading.Thread(target=_reloader, args=(weakref.ref(self), wait), daemon=True,
                                         name="qstash-lists reloader: %s" % self.path)
@@ -491,12 +456,9 @@ _gc_pausers: Set[int] = set()  # the threads whose build paused the cyclic GC (s
 
 
 def _without_gc(build: Callable[[bytes], T], raw: bytes) -> T:
-    """Call ``build(raw)`` with the cyclic garbage collector paused, then as it was.
-
-    A snapshot is hundreds of thousands of new, acyclic containers; left on, the
-    collector walks them again and again while they are built (tests/benchmark.py
-    measures what that costs).  Reference counting still frees what dies.
-    """
+    """Call ``build(raw)`` with the cyclic garbage collector paused, then as it was: a snapshot is
+    many new, acyclic containers, which the collector would walk again and again while they are
+    built (tests/benchmark.py measures it).  Reference counting still frees what dies."""
     me = threading.get_ident()
     if gc.isenabled():
         gc.disable()
@@ -546,11 +508,7 @@ class _Checker:
         return (self.collections(top, "", digest),)
 
     def each(self, value: Any, where: str, build: Callable[..., Any], seen: Dict[Any, int]) -> Tuple[Any, ...]:
-        """Build every element of the array ``value``.
-
-        An element with a fault becomes None; that is harmless, because a
-        document with a fault is reported, never served.
-        """
+        """Build every element of the array ``value`` (one with a fault becomes None: never served)."""
         if type(value) is not list:
             self.fault(where, "expected an array, got %s" % _show(value))
             return ()
@@ -564,7 +522,8 @@ class _Checker:
             return None
         for key in value:
             if key not in required and key not in optional:
-                self.fault(_at(where, key), "unknown key (expected %s)" % _one_of(required + optional))
+                self.fault(_at(where, key), "unknown key (expected %s)" % ", ".join(
+                    "'%s'" % known for known in required + optional))
         missing = [key for key in required if key not in value]
         for key in missing:
             self.fault(_at(where, key), "missing")
@@ -706,9 +665,8 @@ class _Checker:
         return Queue(created, updated, name, parallelism, lag, paused)
 
 
-# The short ways: each returns the object built from a JSON value with no fault in its own
-# fields, or None, and its _Checker twin then names every fault.  Places are spelled out
-# only on the long way: formatting them for 100,000 good queues costs more than checking.
+# The short ways: the object built from a JSON value with no fault in its own fields, else None, when
+# the _Checker twin names every fault (spelling out places for every good queue would cost more).
 
 
 def _quick_group(value: Any, seen: Mapping[str, int]) -> Optional[Tuple[int, int, str, Any]]:
@@ -760,10 +718,6 @@ def _at(where: str, key: str) -> str:
     return key if where == "(top level)" else "%s.%s" % (where, key)
 
 
-def _one_of(keys: Tuple[str, ...]) -> str:
-    return ", ".join("'%s'" % key for key in keys)
-
-
 def _show(value: Any) -> str:
     """Name a JSON value in a fault message, briefly."""
     if _is_long(value):
@@ -778,13 +732,7 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-class _LongInteger:
-    """Stands for an integer literal too long to turn into an int (see parse)."""
-
-    __slots__ = ()
-
-
-_LONG = _LongInteger()
+_LONG: Any = object()  # stands for an integer literal too long to turn into an int (see parse)
 
 
 def _parse_int(text: str) -> Any:
@@ -794,10 +742,6 @@ def _parse_int(text: str) -> Any:
 def _is_long(value: Any) -> bool:
     """Tell whether ``value`` is an integer of more than MAX_DIGITS digits, on every Python."""
     return value is _LONG or (type(value) is int and not -_TOO_LONG < value < _TOO_LONG)
-
-
-def _plural(count: int, noun: str) -> str:
-    return "%d %s%s" % (count, noun, "" if count == 1 else "s")
 
 
 def _is_http_url(value: Any) -> bool:
@@ -834,11 +778,3 @@ def _read_at_most(fd: int, limit: int) -> Optional[bytes]:
         if total > limit:
             return None
         chunks.append(chunk)
-
-
-def _file_kind(mode: int) -> str:
-    for test, kind in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISDIR, "a directory"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISBLK, "a block device")):
-        if test(mode):
-            return kind
-    return "not a plain file"
