@@ -572,8 +572,8 @@ def _query_tokens(query: str) -> set[bytes]:
             if not rest or rest[0] in "=&":  # the whole name, not qstash_tokens=
                 spellings.add(rest.partition("&")[0])
     if "%" in query:
-        # Only a name of 12 to 36 characters can spell qstash_token ("%71" is one letter).
-        escaped = {(name, value) for name, value in _ESCAPED_FIELD.findall(query) if 12 <= len(name) <= 36}
+        # Only a name of 14 to 36 characters can spell qstash_token with an escape ("%71" is one letter).
+        escaped = {(name, value) for name, value in _ESCAPED_FIELD.findall(query) if 14 <= len(name) <= 36}
         if len(escaped) > MAX_QUERY_TOKENS:
             raise Unauthorized("malformed")
         spellings.update(value for name, value in escaped if _unquote(name) == b"qstash_token")

@@ -125,6 +125,10 @@ AUTH_CASES = [
     ({"Authorization": "Token token-a"}, "", 401, True),
     ({"Authorization": "token-a token-a"}, "", 401, True),
     ({"Authorization": "Bearertoken-a"}, "", 401, True),
+    ({}, "qstash_token=token-a%0A", 401, True),  # a line break is no part of a token, nor to be stripped
+    ({"Authorization": "Bearer token-a\x0c"}, "x=1", 401, True),
+    ({"Authorization": "Bearer token-a\u0100"}, "", 401, True),  # not latin-1: a server breaking PEP 3333
+    ({}, "qstash_token=token-a&" + "".join("%%%02X" % c for c in b"qstash_token") + "=token-b", 401, True),  # 36
     ({"Authorization": "token-a"}, "", 401, True),
     ({"Authorization": "Bearer token-a junk"}, "", 401, True),
     ({"Authorization": "Bearer token-a\tjunk"}, "", 401, True),
@@ -412,8 +416,9 @@ def test_the_log_shows_the_path_as_it_arrived(data_path: Any, caplog: Any) -> No
     with caplog.at_level(logging.INFO, "qstash_lists.access"):
         call(app, "/v2/queues/a/b", query="qstash_token=x", REQUEST_URI="/v2/queues/a%2Fb?qstash_token=x")
         call(app, "/v2/queues/a/b", RAW_URI="/v2/queues/a/b")
+        call(app, "/v2/queues/\x1b[31m\n", REQUEST_URI="/v2/queues/\x1b[31m\n")
     assert [r.getMessage().split('"')[1] for r in caplog.records] == [
-        "GET /v2/queues/a%2Fb?qstash_token=[redacted]", "GET /v2/queues/a/b"]
+        "GET /v2/queues/a%2Fb?qstash_token=[redacted]", "GET /v2/queues/a/b", "GET /v2/queues/%1B[31m%0A"]
 
 
 # A token with "+" and "%" in it: the query decodes "+" to a space and escapes once; a header decodes nothing.

@@ -138,6 +138,27 @@ def test_a_read_torn_by_a_writer_is_read_again(path: Path, monkeypatch: Any) -> 
     assert served(data) == "v2-0" and len(calls) == 2
 
 
+def test_a_same_length_rewrite_during_the_read_is_read_again(path: Path, monkeypatch: Any) -> None:
+    """The length cannot tell this one: the signature (the descriptor's fstat, before and after) does."""
+    data = service.open_data(str(path), None, interval=3600)
+    new = path.read_bytes().replace(b"v1-", b"v7-")
+    real = store._read_at_most
+    calls: List[int] = []
+
+    def rewritten(fd: int, limit: int) -> Optional[bytes]:
+        calls.append(fd)
+        raw = real(fd, limit)
+        if len(calls) == 1:
+            time.sleep(0.01)  # a coarse ctime clock must still see the write
+            with open(path, "r+b") as file:  # in place, the same length
+                file.write(new)
+        return raw
+
+    monkeypatch.setattr(store, "_read_at_most", rewritten)
+    assert data.refresh(force=True) is True
+    assert served(data) == "v7-0" and len(calls) == 2
+
+
 def test_a_file_that_never_stops_changing_is_skipped_and_said(path: Path, monkeypatch: Any,
                                                               caplog: Any) -> None:
     data = service.open_data(str(path), None, interval=3600)
@@ -434,18 +455,32 @@ def test_a_file_larger_than_fstat_said_is_cut_off_at_the_limit(path: Path, monke
                                  "(--max-size, QSTASH_LISTS_MAX_SIZE)" % (path, size - 1)]
 
 
-def test_a_file_of_exactly_the_limit_is_read(path: Path) -> None:
+def test_a_file_of_exactly_the_limit_is_read_and_never_more_than_one_byte_past_it(path: Path,
+                                                                                monkeypatch: Any) -> None:
     size = path.stat().st_size
     assert store.read(str(path), max_size=size)[0] == path.read_bytes()
-    with pytest.raises(store.DataError):
+    with pytest.raises(store.DataError) as info:
         store.read(str(path), max_size=size - 1)
+    assert info.value.faults[0].endswith(": cannot read: %d bytes, over the limit of %d bytes (--max-size, "
+                                         "QSTASH_LISTS_MAX_SIZE)" % (size, size - 1))
+    asked: List[int] = []
+    real_read = os.read
+
+    def read(fd: int, n: int) -> bytes:
+        asked.append(n)
+        return real_read(fd, n)
+
+    monkeypatch.setattr(os, "read", read)
+    monkeypatch.setattr(store, "_READ_CHUNK", 7)
     fd = os.open(path, os.O_RDONLY)
     try:
         assert store._read_at_most(fd, size) == path.read_bytes()
         os.lseek(fd, 0, os.SEEK_SET)
-        assert store._read_at_most(fd, size - 1) is None
+        del asked[:]
+        assert store._read_at_most(fd, 10) is None
     finally:
         os.close(fd)
+    assert sum(asked) == 11  # the limit and one byte more, to tell "at most" from "over"
 
 
 def fail_build(raw: bytes) -> Any:
@@ -497,12 +532,25 @@ def test_a_child_forked_in_the_middle_of_a_build_serves_the_file_as_it_is_now(pa
     write_json(path, version(2, 1))
     data.wake()
     assert building.wait(10) and not gc.isenabled()  # the parent's build is under way, the GC paused
+    def reloaders() -> Set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name.startswith("qstash-lists reloader")}
+
+    parents = reloaders()  # a fork from C leaves them listed in the child, though they are not there
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: forking a threaded process, as servers do
         pid = fork()
     if pid == 0:  # the child: report through the exit status only
         status = 1
         try:
+            # Threads of the child's server ask at once: one reloader starts, whichever asked first.
+            barrier = threading.Barrier(8)
+            askers = [threading.Thread(target=lambda: (barrier.wait(), data.current())) for _ in range(8)]
+            for asker in askers:
+                asker.start()
+            for asker in askers:
+                asker.join()
+            if len(reloaders() - parents) != 1:
+                os._exit(2)
             deadline = time.monotonic() + 10
             while status and time.monotonic() < deadline:
                 status = 0 if data.current() == "v2-0" and gc.isenabled() else 1

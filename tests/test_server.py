@@ -185,6 +185,7 @@ def test_signals(big_file: Path, entry: str, phase: str, signum: str) -> None:
     (["--interval", "0"], "--interval: expected a number of seconds from 0.01 to 3600"),
     (["--interval", "nan"], "--interval: expected a number of seconds from 0.01 to 3600"),
     (["--max-size", "lots"], "--max-size: expected a size in bytes such as 64M (K, M or G may follow the number)"),
+    (["--max-size", "0"], "--max-size: expected a size in bytes such as 64M (K, M or G may follow the number)"),
 ])
 def test_bad_arguments_are_named(args: List[str], message: str) -> None:
     assert run(args) == (2, "", message + "\n")
