@@ -59,9 +59,6 @@ _READ_CHUNK = 1 << 24
 _GROUP_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _TOKEN = re.compile(r"[!-~]+")  # visible ASCII: what fits in "Bearer <token>"
-_GROUP_KEYS = frozenset(("createdAt", "updatedAt", "name", "endpoints"))
-_ENDPOINT_KEYS = frozenset(("url", "name"))
-_QUEUE_KEYS = frozenset(("createdAt", "updatedAt", "name", "parallelism", "lag", "paused"))
 _QUEUE_FIELDS = itemgetter("createdAt", "updatedAt", "name", "parallelism", "lag")
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFDIR: "a directory",
           stat.S_IFSOCK: "a socket", stat.S_IFBLK: "a block device"}
@@ -327,6 +324,7 @@ class DataFile(Generic[T]):
         #: The signature of the version last judged, and the snapshot in service: one owner, _load.
         self._state: Tuple[Optional[Signature], Optional[T]] = (None, None)
         self._pid = 0  # the process whose reloader runs: none yet
+        self._next_check = 0.0  # when current() next asks whether this is still that process
         self._starting: Dict[int, int] = {}  # pid -> the thread that starts that process's reloader
         self._closed = False
         fault = self._load()
@@ -339,8 +337,10 @@ class DataFile(Generic[T]):
 
     def current(self) -> Optional[T]:
         """Return the newest good snapshot (None only if there has never been one)."""
-        if self._pid != os.getpid() and not self._closed:  # a fork that ran no fork hook (uWSGI)
-            self._start()
+        if time.monotonic() >= self._next_check:  # once a second: is this a fork that ran no hook (uWSGI)?
+            self._next_check = time.monotonic() + 1.0
+            if self._pid != os.getpid() and not self._closed:
+                self._start()
         return self._state[1]
 
     def wake(self) -> None:
@@ -476,7 +476,7 @@ class _Checker:
 
     Each element of an array is built by a method that takes the array's place
     (``"accounts[1].queues"``), the element's index and the names seen so far in
-    that array; a well-formed element takes the short way (``_quick_*``).
+    that array; an array with no fault takes the short way (``_quick_*``).
     """
 
     def __init__(self) -> None:
@@ -607,15 +607,22 @@ class _Checker:
     def collections(self, item: Dict[str, Any], prefix: str, digest: bytes) -> Account:
         # The names seen while checking each array become the account's index by name.
         names: Dict[str, Dict[str, int]] = {"url_groups": {}, "queues": {}}
-        groups = self.each(item.get("urlGroups", []), prefix + "urlGroups", self.url_group, names["url_groups"])
-        queues = self.each(item.get("queues", []), prefix + "queues", self.queue, names["queues"])
+        groups = self.array(item.get("urlGroups", []), prefix + "urlGroups", names["url_groups"], _quick_groups,
+                            self.url_group)
+        queues = self.array(item.get("queues", []), prefix + "queues", names["queues"], _quick_queues, self.queue)
         return Account(digest, groups, queues, names)
 
+    def array(self, value: Any, where: str, seen: Dict[str, int],
+              quick: Callable[[Any, Dict[str, int]], Optional[Tuple[Any, ...]]],
+              build: Callable[..., Any]) -> Tuple[Any, ...]:
+        """Build the array ``value`` the short way if it has no fault, else element by element, naming each."""
+        built = quick(value, seen)
+        if built is not None:
+            return built
+        seen.clear()
+        return self.each(value, where, build, seen)
+
     def url_group(self, value: Any, array: str, i: int, seen: Dict[str, int]) -> Optional[UrlGroup]:
-        quick = _quick_group(value, seen)
-        if quick is not None:
-            seen[quick[2]] = i
-            return UrlGroup(*quick[:3], self.each(quick[3], "%s[%d].endpoints" % (array, i), self.endpoint, {}))
         where = "%s[%d]" % (array, i)
         item = self.fields(value, where, ("createdAt", "updatedAt", "name", "endpoints"))
         if item is None:
@@ -628,11 +635,6 @@ class _Checker:
         return UrlGroup(created, updated, name, endpoints)
 
     def endpoint(self, value: Any, array: str, i: int, seen: Dict[str, int]) -> Optional[Endpoint]:
-        endpoint = _quick_endpoint(value, seen)
-        if endpoint is not None:
-            if endpoint.name is not None:
-                seen[endpoint.name] = i
-            return endpoint
         where = "%s[%d]" % (array, i)
         item = self.fields(value, where, ("url",), ("name",))
         if item is None:
@@ -645,10 +647,6 @@ class _Checker:
         return Endpoint(url, self.name(item["name"], array, i, seen))
 
     def queue(self, value: Any, array: str, i: int, seen: Dict[str, int]) -> Optional[Queue]:
-        queue = _quick_queue(value, seen)
-        if queue is not None:
-            seen[queue.name] = i
-            return queue
         where = "%s[%d]" % (array, i)
         item = self.fields(value, where, ("createdAt", "updatedAt", "name", "parallelism", "lag"), ("paused",))
         if item is None:
@@ -665,50 +663,74 @@ class _Checker:
         return Queue(created, updated, name, parallelism, lag, paused)
 
 
-# The short ways: the object built from a JSON value with no fault in its own fields, else None, when
-# the _Checker twin names every fault (spelling out places for every good queue would cost more).
+# The short ways, each beside its _Checker twin: the elements of an array with no fault, or None,
+# and then the twin goes through it again, naming every fault.  Places are spelled out only there:
+# formatting them for every good queue would cost more than checking it.  No unknown key: with
+# every required key there (itemgetter raises KeyError otherwise), the count tells.
 
 
-def _quick_group(value: Any, seen: Mapping[str, int]) -> Optional[Tuple[int, int, str, Any]]:
-    """A URL group's fields; its endpoints are still to be checked."""
-    if type(value) is not dict or not value.keys() <= _GROUP_KEYS:
+def _quick_groups(values: Any, seen: Dict[str, int]) -> Optional[Tuple[UrlGroup, ...]]:
+    if type(values) is not list:
         return None
-    try:
-        created, updated, name, endpoints = _GROUP_FIELDS(value)
-    except KeyError:
-        return None
-    if (type(created) is type(updated) is int and 0 <= created <= updated <= MAX_SAFE_INTEGER
-            and type(name) is str and _GROUP_NAME.fullmatch(name) and name not in seen):
-        return created, updated, name, endpoints
-    return None
+    groups = []
+    for i, value in enumerate(values):
+        if type(value) is not dict:
+            return None
+        try:
+            created, updated, name, endpoints = _GROUP_FIELDS(value)
+        except KeyError:
+            return None
+        if not (len(value) == 4 and type(created) is type(updated) is int
+                and 0 <= created <= updated <= MAX_SAFE_INTEGER
+                and type(name) is str and _GROUP_NAME.fullmatch(name) and name not in seen):
+            return None
+        built = _quick_endpoints(endpoints)
+        if built is None:
+            return None
+        seen[name] = i
+        groups.append(UrlGroup(created, updated, name, built))
+    return tuple(groups)
 
 
-def _quick_endpoint(value: Any, seen: Mapping[str, int]) -> Optional[Endpoint]:
-    if type(value) is not dict or not value.keys() <= _ENDPOINT_KEYS or not _is_http_url(value.get("url")):
+def _quick_endpoints(values: Any) -> Optional[Tuple[Endpoint, ...]]:
+    if type(values) is not list:
         return None
-    if "name" not in value:
-        return Endpoint(value["url"])
-    name = value["name"]
-    if type(name) is str and name and name.isprintable() and name not in seen:
-        return Endpoint(value["url"], name)
-    return None
+    endpoints = []
+    named: Set[str] = set()
+    for value in values:
+        if type(value) is not dict or len(value) != 1 + ("name" in value) or not _is_http_url(value.get("url")):
+            return None
+        name = value.get("name")
+        if name is not None or "name" in value:
+            if not (type(name) is str and name and name.isprintable() and name not in named):
+                return None
+            named.add(name)
+        endpoints.append(Endpoint(value["url"], name))
+    return tuple(endpoints)
 
 
-def _quick_queue(value: Any, seen: Mapping[str, int]) -> Optional[Queue]:
-    if type(value) is not dict or not value.keys() <= _QUEUE_KEYS:
+def _quick_queues(values: Any, seen: Dict[str, int]) -> Optional[Tuple[Queue, ...]]:
+    if type(values) is not list:
         return None
-    try:
-        created, updated, name, parallelism, lag = _QUEUE_FIELDS(value)
-    except KeyError:
-        return None
-    paused = value.get("paused", False)
-    if (type(created) is type(updated) is type(parallelism) is type(lag) is int
-            and 0 <= created <= updated <= MAX_SAFE_INTEGER
-            and 0 <= parallelism <= MAX_SAFE_INTEGER and 0 <= lag <= MAX_SAFE_INTEGER
-            and type(name) is str and name and name.isprintable() and name not in seen
-            and type(paused) is bool):
-        return Queue(created, updated, name, parallelism, lag, paused)
-    return None
+    queues = []
+    for i, value in enumerate(values):
+        if type(value) is not dict:
+            return None
+        try:
+            created, updated, name, parallelism, lag = _QUEUE_FIELDS(value)
+        except KeyError:
+            return None
+        paused = value.get("paused", False)
+        if not (len(value) == 5 + ("paused" in value)
+                and type(created) is type(updated) is type(parallelism) is type(lag) is int
+                and 0 <= created <= updated <= MAX_SAFE_INTEGER
+                and 0 <= parallelism <= MAX_SAFE_INTEGER and 0 <= lag <= MAX_SAFE_INTEGER
+                and type(name) is str and name and name.isprintable() and name not in seen
+                and type(paused) is bool):
+            return None
+        seen[name] = i
+        queues.append(Queue(created, updated, name, parallelism, lag, paused))
+    return tuple(queues)
 
 
 def _at(where: str, key: str) -> str:

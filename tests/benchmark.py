@@ -575,20 +575,20 @@ def hostile_rows(tmp: Path, rows: List[str], summary: List[str]) -> None:
 
 def gunicorn_rows(tmp: Path, rounds: int, seconds: float, connections: int, rows: List[str],
                   summary: List[str]) -> None:
-    """The README's gunicorn recipe (all cores) against one waitress process, unpinned."""
+    """The documented gunicorn recipe (docs/deploying.md; all cores) against one waitress process, unpinned."""
     import socket
 
     data = write_data(tmp, 100)
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "deploying.md").read_text()
     recipe = re.search(r"^QSTASH_TOKEN=\.\.\. (gunicorn .*)$", text, re.M)
-    assert recipe, "no gunicorn recipe in the README"
+    assert recipe, "no gunicorn recipe in docs/deploying.md"
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     import shlex
-    args = shlex.split(recipe.group(1))
+    args = shlex.split(recipe.group(1).replace("127.0.0.1:8080", "127.0.0.1:%d" % port))
     env = dict(os.environ, QSTASH_TOKEN=TOKEN, QSTASH_LISTS_DATA=str(data), PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m"] + args + ["--bind", "127.0.0.1:%d" % port], env=env,
+    proc = subprocess.Popen([sys.executable, "-m"] + args, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(tmp))
     single = Server([sys.executable, "app.py", "--port", "0", "--data", str(data), "--quiet"], pin=False)
     try:

@@ -98,6 +98,7 @@ MUTANTS: List[Mutant] = [
     M("reload", "store.py", "            _gc_pausers.clear()\n            gc.enable()",
       "            _gc_pausers.clear()"),
     M("reload", "store.py", "if self._pid != os.getpid() and not self._closed:", "if False:"),
+    M("reload", "store.py", "if time.monotonic() >= self._next_check:", "if False:"),
     M("reload", "store.py", "os.register_at_fork(after_in_child=_after_fork_in_child)", "pass"),
     M("reload", "store.py", "wait = self.interval if self._pid == 0 else 0", "wait = self.interval"),
     M("reload", "store.py", '"serving 503 until it is valid" if self._state[1] is None else',

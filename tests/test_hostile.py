@@ -160,7 +160,7 @@ def children(pid: int) -> List[int]:
     return found
 
 
-def wait_until_answered(port: int) -> None:
+def wait_until_answered(port: int, timeout: float = 30) -> None:
     """Wait for a server that is starting on ``port`` to answer."""
     def answered() -> bool:
         try:
@@ -168,24 +168,24 @@ def wait_until_answered(port: int) -> None:
         except OSError:
             return False
 
-    eventually(answered, timeout=30)
+    eventually(answered, timeout=timeout)
 
 
-def readme_command(program: str) -> List[str]:
-    """The README's command line that starts with ``program`` (after its environment variables)."""
-    text = (ROOT / "README.md").read_text()
-    match = re.search(r"^(?:\S+=\S+ )*(%s .*)$" % re.escape(program), text, re.M)
+def deploy_command(program: str, port: int = 8080) -> List[str]:
+    """docs/deploying.md's command line ``QSTASH_TOKEN=... program ...``, listening on
+    127.0.0.1:``port`` instead of 8080."""
+    text = (ROOT / "docs" / "deploying.md").read_text()
+    match = re.search(r"^QSTASH_TOKEN=\.\.\. (%s .*)$" % re.escape(program), text, re.M)
     assert match, program
-    return shlex.split(match.group(1).replace("\\\n", " "))
+    return shlex.split(match.group(1).replace("127.0.0.1:8080", "127.0.0.1:%d" % port))
 
 
 def test_gunicorn_keeps_serving_when_a_worker_restarts_while_the_file_is_bad(tmp_path: Path) -> None:
-    """gunicorn (the README's recipe, two workers) loses a worker while the data file is invalid.
+    """gunicorn (the documented recipe, two workers) loses a worker while the data file is invalid.
     The new worker answers 503 until the file is good, and the master stays up."""
     data = write_json(tmp_path / "data.json", accounts_document())
     port = free_port()
-    command = readme_command("gunicorn")
-    command = [sys.executable, "-m"] + command + ["--bind", "127.0.0.1:%d" % port]
+    command = [sys.executable, "-m"] + deploy_command("gunicorn", port)
     env = dict(os.environ, QSTASH_LISTS_DATA=str(data), PYTHONPATH=str(ROOT))
     env.pop("QSTASH_TOKEN", None)
     with started(command, env, cwd=str(tmp_path)) as master:
@@ -219,8 +219,8 @@ def test_gunicorn_keeps_serving_when_a_worker_restarts_while_the_file_is_bad(tmp
     assert "%s: line 1, column 15: invalid JSON" % data in err
 
 
-def test_the_readmes_waitress_serve_command_has_the_same_limits(tmp_path: Path) -> None:
-    command = readme_command("waitress-serve")
+def test_the_documented_waitress_serve_command_has_the_same_limits(tmp_path: Path) -> None:
+    command = deploy_command("waitress-serve")
     flags = {arg[2:].split("=")[0].replace("-", "_"): (arg.split("=", 1)[1] if "=" in arg else True)
              for arg in command if arg.startswith("--") and not arg.startswith("--call")}
     expected = dict(service.WAITRESS_SETTINGS, threads=int(service.SETTINGS["threads"].default or 8))
@@ -230,8 +230,8 @@ def test_the_readmes_waitress_serve_command_has_the_same_limits(tmp_path: Path) 
     data = write_json(tmp_path / "data.json", accounts_document())
     port = free_port()
     env = dict(os.environ, QSTASH_LISTS_DATA=str(data), PYTHONPATH=str(ROOT))
-    args = [a for a in command[1:] if not a.startswith("--port")]
-    with started([sys.executable, "-m", "waitress", "--port=%d" % port] + args, env, cwd=str(tmp_path)):
+    with started([sys.executable, "-m", "waitress"] + deploy_command("waitress-serve", port)[1:], env,
+                 cwd=str(tmp_path)):
         wait_until_answered(port)
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
             sock.sendall(b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nX-Pad: " + b"a" * 20000 + b"\r\n\r\n")

@@ -1,9 +1,9 @@
 """The official SDKs against the real server: list() and get() of both kinds, as their users call them.
 
-The SDKs are not the project's dependencies.  .ci/run installs them in a scratch
-folder and names them here: QSTASH_LISTS_SDK_PYTHON, an interpreter with
-``qstash``; QSTASH_LISTS_SDK_JS, a node_modules folder with ``@upstash/qstash``.
-Without them these tests are skipped, saying which is missing.
+The SDKs are not the project's dependencies: ``bash tests/sdk/install.sh`` installs them in
+.ci-sdk/ (as .ci/run does), where these tests find them; QSTASH_LISTS_SDK_PYTHON (an
+interpreter with ``qstash``) and QSTASH_LISTS_SDK_JS (a node_modules folder with
+``@upstash/qstash``) name others.  Without them these tests are skipped, saying how to run them.
 """
 
 import json
@@ -17,10 +17,13 @@ import pytest
 from helpers import ALPHA_GROUP, ALPHA_QUEUE, BETA_QUEUE, ROOT, TOKEN_A, TOKEN_B, Server, serving, write_json
 
 HERE = Path(__file__).resolve().parent
-SDK_PYTHON = os.environ.get("QSTASH_LISTS_SDK_PYTHON", "")
-SDK_JS = os.environ.get("QSTASH_LISTS_SDK_JS", "")
-needs_python_sdk = pytest.mark.skipif(not SDK_PYTHON, reason="QSTASH_LISTS_SDK_PYTHON is not set (.ci/run sets it)")
-needs_js_sdk = pytest.mark.skipif(not SDK_JS, reason="QSTASH_LISTS_SDK_JS is not set (.ci/run sets it)")
+SCRATCH = ROOT / ".ci-sdk"
+SDK_PYTHON = os.environ.get("QSTASH_LISTS_SDK_PYTHON") or str(SCRATCH / "py" / "bin" / "python")
+SDK_JS = os.environ.get("QSTASH_LISTS_SDK_JS") or str(SCRATCH / "node_modules")
+HOW = "to run it: bash tests/sdk/install.sh && .venv/bin/python -m pytest tests/test_sdks.py"
+needs_python_sdk = pytest.mark.skipif(not os.path.exists(SDK_PYTHON), reason="no Python SDK; " + HOW)
+needs_js_sdk = pytest.mark.skipif(not os.path.isdir(os.path.join(SDK_JS, "@upstash", "qstash")),
+                                  reason="no JS SDK; " + HOW)
 MISSING = "not found: no %s named \\\"%s\\\""
 
 
@@ -35,7 +38,7 @@ def server(tmp_path_factory: Any) -> Any:
 
 
 def sdk(command: List[str], server: Server, token: str, group: str, queue: str) -> Dict[str, Any]:
-    env = dict(os.environ, QSTASH_URL=server.url, QSTASH_TOKEN=token)
+    env = dict(os.environ, QSTASH_URL=server.url, QSTASH_TOKEN=token, QSTASH_LISTS_SDK_JS=SDK_JS)
     done = subprocess.run(command + [group, queue], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     result: Dict[str, Any] = json.loads(done.stdout)

@@ -1,0 +1,139 @@
+"""Every worker of every server serves the data file as it is now, and each documented way to run
+the server obeys the signals docs/deploying.md lists: waitress-serve, gunicorn (its own signals;
+--preload forks workers while the master may be loading) and uWSGI (which forks its workers from
+C, where Python's fork hooks do not run).  The servers run in subprocesses on loopback ports."""
+
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+from helpers import ALPHA_QUEUE, Q_TEMPLATE, ROOT, TOKEN_A, Output, eventually, started, write_json
+from test_hostile import children, deploy_command, free_port, get, wait_until_answered
+
+BIN = Path(sys.executable).parent
+UWSGI = shutil.which("uwsgi", path=str(BIN)) or shutil.which("uwsgi")
+needs_uwsgi = pytest.mark.skipif(UWSGI is None, reason="uwsgi is not installed (pip install -e '.[test]' builds it)")
+
+
+def big_document(queues: int, extra: str = "") -> Dict[str, Any]:
+    """A file that takes a while to load (about a second at 150,000 queues), with one queue named ``extra``."""
+    listed = [dict(Q_TEMPLATE, name="q%d" % i) for i in range(queues)] + [dict(ALPHA_QUEUE)]
+    if extra:
+        listed.append(dict(ALPHA_QUEUE, name=extra))
+    return {"accounts": [{"token": TOKEN_A, "queues": listed}]}
+
+
+def replace(path: Path, document: Dict[str, Any]) -> None:
+    """Write a new version beside the file and rename it over, as deploy tools do."""
+    write_json(path.with_suffix(".new"), document)
+    os.replace(path.with_suffix(".new"), path)
+
+
+def everyone_serves(port: int, name: str, tries: int = 20) -> bool:
+    """Tell whether ``tries`` requests in a row (spread over the workers) all find the queue ``name``."""
+    try:
+        return all(get("127.0.0.1", port, "/v2/queues/" + name)[0] == 200 for _ in range(tries))
+    except OSError:  # a connection reset while the server replaces its workers
+        return False
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time process ``pid`` has used (Linux's /proc/PID/stat)."""
+    with open("/proc/%d/stat" % pid) as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def uwsgi_command(port: int) -> List[str]:
+    assert UWSGI is not None
+    return [UWSGI] + deploy_command("uwsgi", port)[1:]
+
+
+def test_gunicorn_preload_workers_forked_during_a_load_serve_the_new_version(tmp_path: Path) -> None:
+    """An edit, then SIGHUP to the master (gunicorn's "new workers") while the master's own
+    reloader is still building the new version: every new worker serves the new version."""
+    data = write_json(tmp_path / "data.json", big_document(150000))
+    port = free_port()
+    command = [sys.executable, "-m"] + deploy_command("gunicorn", port) + ["--preload"]
+    env = {"QSTASH_LISTS_DATA": str(data), "PYTHONPATH": str(ROOT), "QSTASH_LISTS_INTERVAL": "0.05"}
+    with started(command, env, cwd=str(tmp_path)) as master:
+        log = Output(master.stderr)
+        wait_until_answered(port, timeout=60)
+        assert get("127.0.0.1", port, "/v2/queues/added")[0] == 404
+        busy = cpu_seconds(master.pid)
+        replace(data, big_document(150000, extra="added"))
+        eventually(lambda: cpu_seconds(master.pid) - busy > 0.3)  # the master's reloader is building it...
+        master.send_signal(signal.SIGHUP)  # ...when gunicorn forks new workers
+        eventually(lambda: everyone_serves(port, "added"), timeout=30)
+        assert master.poll() is None
+        master.send_signal(signal.SIGTERM)
+        assert master.wait(timeout=30) == 0
+    assert "Traceback" not in log.text()
+
+
+@needs_uwsgi
+def test_uwsgi_workers_each_watch_the_file(tmp_path: Path) -> None:
+    """uWSGI forks its workers from C after loading the app: no fork hook runs and the master's
+    threads are not in the workers, so each worker starts its reloader at its first request."""
+    data = write_json(tmp_path / "data.json", big_document(10))
+    port = free_port()
+    env = {"QSTASH_LISTS_DATA": str(data), "PYTHONPATH": str(ROOT)}
+    with started(uwsgi_command(port), env, cwd=str(tmp_path)) as master:
+        log = Output(master.stderr)
+        wait_until_answered(port, timeout=60)
+        eventually(lambda: len(children(master.pid)) >= 2)
+        replace(data, big_document(10, extra="added"))
+        eventually(lambda: everyone_serves(port, "added"), timeout=30)
+        master.send_signal(signal.SIGHUP)  # uWSGI's own: reload the workers gracefully
+        replace(data, big_document(10, extra="again"))
+        eventually(lambda: everyone_serves(port, "again"), timeout=30)
+        master.send_signal(signal.SIGTERM)  # with --die-on-term, a stop
+        assert master.wait(timeout=30) == 0
+    assert "Traceback" not in log.text()
+
+
+def _waitress_serve(port: int) -> List[str]:
+    return [sys.executable, "-m", "waitress"] + deploy_command("waitress-serve", port)[1:]
+
+
+def _gunicorn(port: int) -> List[str]:
+    return [sys.executable, "-m"] + deploy_command("gunicorn", port)
+
+
+# How each documented server stops: the exit status after each stop signal (None: killed by it).
+SERVERS: Dict[str, Any] = {
+    "waitress-serve": (_waitress_serve, {"SIGTERM": -signal.SIGTERM, "SIGINT": 0}),
+    "gunicorn": (_gunicorn, {"SIGTERM": 0, "SIGINT": 0}),
+    "uwsgi": (uwsgi_command, {"SIGTERM": 0, "SIGINT": 0}),
+}
+
+
+@pytest.mark.parametrize("server", list(SERVERS))
+@pytest.mark.parametrize("signum", ["SIGHUP", "SIGTERM", "SIGINT"])
+def test_signals_of_each_server(tmp_path: Path, server: str, signum: str) -> None:
+    """docs/deploying.md's table: SIGHUP never ends a server (it looks at the file, or reloads
+    the workers); SIGTERM and SIGINT end it with no traceback."""
+    if server == "uwsgi" and UWSGI is None:
+        pytest.skip("uwsgi is not installed (pip install -e '.[test]' builds it)")
+    command, stops = SERVERS[server]
+    data = write_json(tmp_path / "data.json", big_document(10))
+    port = free_port()
+    env = {"QSTASH_LISTS_DATA": str(data), "PYTHONPATH": str(ROOT), "QSTASH_LISTS_INTERVAL": "3600"}
+    with started(command(port), env, cwd=str(tmp_path)) as proc:
+        log = Output(proc.stderr)
+        wait_until_answered(port, timeout=60)
+        if signum == "SIGHUP":  # an edit the reloaders would see in an hour; SIGHUP has it seen now
+            replace(data, big_document(10, extra="added"))
+            proc.send_signal(signal.SIGHUP)
+            eventually(lambda: everyone_serves(port, "added"), timeout=30)
+            assert proc.poll() is None
+            signum = "SIGTERM"
+        proc.send_signal(getattr(signal, signum))
+        status = proc.wait(timeout=30)
+        assert status == stops[signum] if stops[signum] is not None else status != 0
+    assert "Traceback" not in log.text()
+
