@@ -23,8 +23,23 @@ import signal
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+)
 from urllib.parse import quote, unquote_to_bytes
 
 if TYPE_CHECKING:
@@ -54,12 +69,15 @@ WSGIApplication = Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]
 
 #: The token that the official ``qstash dev`` server documents; used only on loopback.
 DEV_TOKEN = "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3JkIn0="
+#: ... and its signing keys (published in @upstash/qstash as DEV_CREDENTIALS), served with it.
+DEV_SIGNING_KEYS = ("sig_7kYjw48mhY7kAjqNGcy6cr29RJ6r", "sig_5ZB6DVzB1wjE8S6rZ7eenA8Pdnhs")
 
 
-#: The route table, the one place that names the paths: each collection's path (no trailing
-#: slash) -> the store.Account field it lists and what one of its items is called.  An item's
-#: path is its collection's path plus one segment, its name.
-ROUTES = {"/v2/topics": ("url_groups", "URL group"), "/v2/queues": ("queues", "queue")}
+#: The route table, the one place that names the paths: each path (no trailing slash) -> the
+#: store.Account field it answers and what one of its items is called.  An item's path is its
+#: collection's path plus one segment, its name; an object (no noun) has no items.
+ROUTES = {"/v2/topics": ("url_groups", "URL group"), "/v2/queues": ("queues", "queue"),
+          "/v2/keys": ("signing_keys", None)}
 #: A collection's path as requested, with or without one trailing slash -> its route's path.
 _PATHS = {path + slash: path for path in ROUTES for slash in ("", "/")}
 ALLOWED = "GET, HEAD"
@@ -88,6 +106,8 @@ LOGGED_QUERY_VALUES: frozenset[str] = frozenset()
 MAX_QUERY_TOKENS = 16
 #: A name longer than this is cut short where a message repeats it.
 SHOWN_NAME = 100
+#: Seconds --record waits for each answer of the QStash API.
+RECORD_TIMEOUT = 10.0
 
 logger = logging.getLogger("qstash_lists")
 access_logger = logging.getLogger("qstash_lists.access")
@@ -128,6 +148,12 @@ def _size(text: str) -> int:
     return int(digits) << {"": 0, "K": 10, "M": 20, "G": 30}[unit]
 
 
+def _http_url(text: str) -> str:
+    if not text.startswith(("http://", "https://")) or not text.isprintable() or " " in text:
+        raise ValueError("expected an http or https URL such as https://qstash.upstash.io")
+    return text.rstrip("/")
+
+
 def _seconds(text: str) -> float:
     value = float(text) if text.isascii() and text.replace(".", "", 1).isdigit() else 0.0
     if not 0.01 <= value <= 3600:
@@ -146,6 +172,7 @@ SETTINGS: Dict[str, Setting] = {
                         "refuse a data file larger than this many bytes; K, M or G may follow"),
     "interval": Setting("--interval", "QSTASH_LISTS_INTERVAL", "1", _seconds,
                         "seconds between looks at the data file (SIGHUP: look now)"),
+    "url": Setting(None, "QSTASH_URL", "https://qstash.upstash.io", _http_url, "the QStash API that --record reads"),
     "host": Setting("--host", None, "127.0.0.1", str, "address to listen on"),
     "port": Setting("--port", None, "8080", _whole(0, 65535), "port; 0 picks a free one"),
     "threads": Setting("--threads", None, "8", _whole(1), "waitress worker threads"),
@@ -261,6 +288,8 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
     except ConfigError as exc:
         return _fail([str(exc)])
     path = settings["data"]
+    if args.record:
+        return _record(settings, args.signing_keys)
     # The dev token stands in for QSTASH_TOKEN only where no one else can reach the server.
     fallback = DEV_TOKEN if args.check or is_loopback(settings["host"]) else None
     try:
@@ -284,6 +313,72 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         return _serve(settings, args.quiet, data)
     finally:
         data.close()
+
+
+def _record(settings: Mapping[str, Any], signing_keys: bool) -> int:
+    """--record: fetch the account of QSTASH_TOKEN from QSTASH_URL and write it to the data file.
+
+    Fields the file format does not hold are left out (and named, never their values); the file
+    is checked as a served one would be and written whole, or left as it was.  Never prints the token.
+    """
+    token, base, path = settings["token"], settings["url"], settings["data"]
+    if token is None:
+        return _fail(["QSTASH_TOKEN is not set: --record reads the account whose token it is"])
+    dropped: Set[str] = set()
+    document: Dict[str, Any] = {}
+    try:
+        for key, route in (("urlGroups", "/v2/topics"), ("queues", "/v2/queues")):
+            answer = _fetch(base, route, token, settings["max_size"])
+            if type(answer) is not list or not all(type(item) is dict for item in answer):
+                raise ConfigError("%s%s: expected a JSON array of objects; is QSTASH_URL the QStash API?"
+                                  % (base, route))
+            document[key] = [_known(item, key, dropped) for item in answer]
+        if signing_keys:
+            answer = _fetch(base, "/v2/keys", token, settings["max_size"])
+            document["signingKeys"] = {k: answer.get(k) for k in ("current", "next")} if type(answer) is dict else {}
+        if dropped:
+            print("%s: left out what a data file does not hold: %s" % (path, ", ".join(sorted(dropped))),
+                  file=sys.stderr)
+        loaded = store.record(path, document, token)
+    except ConfigError as exc:
+        return _fail([str(exc) + "; %s is unchanged" % path])
+    except store.DataError as exc:
+        return _fail(exc.faults + ["%s is unchanged" % path])
+    print("%s: recorded %s from %s" % (path, loaded.summary(), base))
+    return 0
+
+
+def _fetch(base: str, route: str, token: str, max_size: int) -> Any:
+    """GET ``route`` of the QStash API at ``base``: its JSON, or ConfigError saying what happened and what to do."""
+    request = urllib.request.Request(base + route, headers={"Authorization": "Bearer " + token})
+    where = "GET %s%s" % (base, route)
+    try:
+        with urllib.request.urlopen(request, timeout=RECORD_TIMEOUT) as response:
+            raw = response.read(max_size + 1)
+    except urllib.error.HTTPError as exc:
+        fix = "check QSTASH_TOKEN" if exc.code in (401, 403) else "try again later" if exc.code >= 500 else (
+            "is QSTASH_URL the QStash API?")
+        raise ConfigError("%s: answered %d %s; %s" % (where, exc.code, exc.reason, fix)) from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ConfigError("%s: no answer (%s); check QSTASH_URL and the network" % (where, reason)) from None
+    if len(raw) > max_size:
+        raise ConfigError("%s: the answer is over %s (--max-size)" % (where, store.megabytes(max_size)))
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise ConfigError("%s: the answer is not JSON; is QSTASH_URL the QStash API?" % where) from None
+
+
+def _known(item: Dict[str, Any], kind: str, dropped: Set[str]) -> Dict[str, Any]:
+    """The fields of an API object that a data file holds; the names of the others go into ``dropped``."""
+    kept = {key: value for key, value in item.items() if key in store.FIELDS[kind]}
+    dropped.update("%s.%s" % (kind, key) for key in item if key not in kept)
+    if kind == "urlGroups" and type(kept.get("endpoints")) is list:
+        kept["endpoints"] = [_known(e, "endpoints", dropped) if type(e) is dict else e for e in kept["endpoints"]]
+    if kind == "endpoints" and kept.get("name") in ("", None):
+        kept.pop("name", None)  # QStash writes an endpoint without a name as "" or null: here it has none
+    return kept
 
 
 def _open(settings: Mapping[str, Any], fallback: Optional[str], required: bool) -> store.DataFile[Snapshot]:
@@ -331,6 +426,8 @@ def _serve(settings: Mapping[str, Any], quiet: bool, data: store.DataFile[Snapsh
     elif loaded.fallback_used:
         print("export QSTASH_TOKEN=%s  # the built-in dev token: QSTASH_TOKEN is not set (loopback only)"
               % DEV_TOKEN)
+        if loaded.accounts[0].signing_keys is None:  # published constants, as `qstash dev` prints them
+            print("export QSTASH_CURRENT_SIGNING_KEY=%s\nexport QSTASH_NEXT_SIGNING_KEY=%s" % DEV_SIGNING_KEYS)
     else:
         print("# QSTASH_TOKEN: the one set in this server's environment (not shown)")
     sys.stdout.flush()
@@ -366,7 +463,7 @@ class NotFound(HTTPError):
 
     status = HTTPStatus.NOT_FOUND
     message = ("not found: this read-only server answers GET /v2/topics, /v2/topics/<name>, "
-               "/v2/queues and /v2/queues/<name>")
+               "/v2/queues, /v2/queues/<name> and /v2/keys")
 
 
 class NoSuchItem(NotFound):
@@ -376,6 +473,15 @@ class NoSuchItem(NotFound):
         shown = name if len(name) <= SHOWN_NAME else name[:SHOWN_NAME] + "..."
         self.message = "not found: no %s named %s" % (noun, json.dumps(shown))
         super().__init__(why="no such %s" % noun)
+
+
+class NoSigningKeys(NotFound):
+    """GET /v2/keys for an account the data file gives no signing keys."""
+
+    message = "not found: the data file gives this account no signing keys (its signingKeys)"
+
+    def __init__(self) -> None:
+        super().__init__(why="no signing keys")
 
 
 class Unavailable(HTTPError):
@@ -457,10 +563,17 @@ class Snapshot:
     def __init__(self, loaded: store.Store) -> None:
         self.store = loaded
         self.lists = {
-            (account.token_sha256, path): Body(store.encode(getattr(account, field)))
-            for account in loaded.accounts for path, (field, _) in ROUTES.items()
+            (account.token_sha256, path): self.encode(account, field, noun)
+            for account in loaded.accounts for path, (field, noun) in ROUTES.items()
         }
         self.items: Dict[Tuple[bytes, str, str], Body] = {}
+
+    def encode(self, account: store.Account, field: str, noun: Optional[str]) -> Optional[Body]:
+        """The body of a collection, or of the signing keys (None if the account has none)."""
+        if noun is not None:
+            return Body(store.encode(getattr(account, field)))
+        keys = account.signing_keys or (DEV_SIGNING_KEYS if self.store.fallback_used else None)
+        return None if keys is None else Body(json.dumps({"current": keys[0], "next": keys[1]}).encode())
 
     def item(self, account: store.Account, path: str, name: str) -> Body:
         """Return the body of the item ``name`` in the collection at ``path``; raise NoSuchItem."""
@@ -470,7 +583,7 @@ class Snapshot:
             field, noun = ROUTES[path]
             found = account.item(field, name)
             if found is None:
-                raise NoSuchItem(noun, name)
+                raise NoSuchItem(noun or field, name)
             # Two threads may both encode it; the bytes are the same, and one copy is kept.
             body = self.items.setdefault(key, Body(found.to_json().encode()))
         return body
@@ -489,6 +602,8 @@ def respond(environ: WSGIEnvironment, snapshot: Snapshot) -> Tuple[str, Headers,
     if account is None:
         raise Unauthorized("unknown token")
     body = snapshot.lists[account.token_sha256, path] if name is None else snapshot.item(account, path, name)
+    if body is None:
+        raise NoSigningKeys()
 
     chosen = body.identity
     accept_encoding = environ.get("HTTP_ACCEPT_ENCODING")
@@ -511,7 +626,7 @@ def _item_path(environ: WSGIEnvironment, path_info: str) -> Tuple[str, str]:
     """
     parts = path_info.split("/", 3)  # "", "v2", "queues", "<name>" -- split once, look up twice
     path = "/".join(parts[:3])
-    if len(parts) < 4 or path not in ROUTES:
+    if len(parts) < 4 or ROUTES.get(path, (None, None))[1] is None:
         raise NotFound()
     raw = (environ.get("REQUEST_URI") or environ.get("RAW_URI") or "").partition("?")[0]  # waitress, uWSGI; gunicorn
     if raw and unquote_to_bytes(_latin1(raw)).endswith(_latin1(path_info)):  # this request as it arrived
@@ -710,6 +825,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--quiet", action="store_true", help="no access log (default: log each request)")
     parser.add_argument("--check", action="store_true", help="validate the data file, print a summary and exit")
     parser.add_argument("--example", action="store_true", help="print an example data file and exit")
+    parser.add_argument("--record", action="store_true",
+                        help="write the data file from the account of QSTASH_TOKEN at QSTASH_URL, and exit")
+    parser.add_argument("--signing-keys", action="store_true",
+                        help="with --record: record the account's signing keys too (secrets; default: not)")
     parser.add_argument("--version", action="version", version="%(prog)s " + __version__)
     return parser
 

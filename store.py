@@ -8,6 +8,7 @@ that people edit while it is served.  Nothing here knows about HTTP.  From the s
 ``python app.py --check --data FILE``.
 """
 
+import contextlib
 import gc
 import hashlib
 import json
@@ -15,6 +16,7 @@ import logging
 import os
 import re
 import stat
+import tempfile
 import threading
 import time
 import weakref
@@ -25,7 +27,7 @@ from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequen
 from urllib.parse import urlsplit
 
 __all__ = ["Account", "DataError", "DataFile", "Endpoint", "FileChanging", "Queue", "Store", "TokenMissing",
-           "UrlGroup", "check_token", "encode", "load", "megabytes", "parse", "read", "wake_all"]
+           "UrlGroup", "check_token", "encode", "load", "megabytes", "parse", "read", "record", "wake_all"]
 
 logger = logging.getLogger("qstash_lists")
 
@@ -59,6 +61,9 @@ _READ_CHUNK = 1 << 24
 _GROUP_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _TOKEN = re.compile(r"[!-~]+")  # visible ASCII: what fits in "Bearer <token>"
+#: The fields a data file holds of each kind of object (``--record`` keeps these of QStash's answers).
+FIELDS = {"urlGroups": ("createdAt", "updatedAt", "name", "endpoints"), "endpoints": ("url", "name"),
+          "queues": ("createdAt", "updatedAt", "name", "parallelism", "lag", "paused")}
 _QUEUE_FIELDS = itemgetter("createdAt", "updatedAt", "name", "parallelism", "lag")
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFDIR: "a directory",
           stat.S_IFSOCK: "a socket", stat.S_IFBLK: "a block device"}
@@ -163,6 +168,8 @@ class Account:
     queues: Tuple[Queue, ...] = ()
     #: "url_groups" / "queues" -> {name: position}: finding one item by name is one lookup.
     names: Mapping[str, Mapping[str, int]] = field(default_factory=dict, repr=False, compare=False)
+    #: (current, next): the account's signing keys, if the file gives them.  Secrets: never in a repr.
+    signing_keys: Optional[Tuple[str, str]] = field(default=None, repr=False)
 
     def item(self, kind: str, name: str) -> Optional[Item]:
         """Return the item of ``kind`` ("url_groups" or "queues") named ``name``, or None."""
@@ -209,6 +216,29 @@ def check_token(token: str) -> Optional[str]:
     if not _TOKEN.fullmatch(token):
         return "expected a token of visible ASCII characters, with no spaces"
     return None
+
+
+def record(path: str, document: Dict[str, Any], token: str) -> Store:
+    """Check ``document`` as a one-account data file for ``token``, then write it to ``path`` whole.
+
+    It goes to a temporary file beside ``path``, flushed, then renamed over it, so a server
+    watching ``path`` reads the old version or the new, never half.  Raise DataError (one line
+    each) and leave ``path`` as it was.
+    """
+    raw = (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode()
+    loaded = parse(raw, path, token)
+    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".qstash-lists-")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(raw)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise DataError(["%s: cannot write: %s" % (path, exc.strerror or exc)]) from None
+    return loaded
 
 
 def megabytes(size: int) -> str:
@@ -500,7 +530,7 @@ class _Checker:
                                "unknown key next to 'accounts' (a file lists accounts, "
                                "or holds 'urlGroups' and 'queues' of one account, not both)")
             return self.each(value["accounts"], "accounts", self.account, {})
-        top = self.fields(value, "(top level)", (), ("urlGroups", "queues", "accounts"))
+        top = self.fields(value, "(top level)", (), ("urlGroups", "queues", "signingKeys", "accounts"))
         if top is None:
             return ()
         self.single_account = True
@@ -570,7 +600,7 @@ class _Checker:
 
     def account(self, value: Any, array: str, i: int, digests: Dict[bytes, int]) -> Optional[Account]:
         where = "%s[%d]" % (array, i)
-        item = self.fields(value, where, (), ("token", "tokenSha256", "urlGroups", "queues"))
+        item = self.fields(value, where, (), ("token", "tokenSha256", "urlGroups", "queues", "signingKeys"))
         if item is None:
             return None
         digest = self.token(item, where)
@@ -610,7 +640,21 @@ class _Checker:
         groups = self.array(item.get("urlGroups", []), prefix + "urlGroups", names["url_groups"], _quick_groups,
                             self.url_group)
         queues = self.array(item.get("queues", []), prefix + "queues", names["queues"], _quick_queues, self.queue)
-        return Account(digest, groups, queues, names)
+        keys = self.signing_keys(item["signingKeys"], prefix + "signingKeys") if "signingKeys" in item else None
+        return Account(digest, groups, queues, names, keys)
+
+    def signing_keys(self, value: Any, where: str) -> Optional[Tuple[str, str]]:
+        # Never show a value: signing keys are secrets.
+        if type(value) is not dict:
+            self.fault(where, "expected an object with 'current' and 'next'")
+            return None
+        item = self.fields(value, where, ("current", "next"))
+        if item is None:
+            return None
+        for key in ("current", "next"):
+            if type(item[key]) is not str or not item[key] or not item[key].isprintable():
+                self.fault(_at(where, key), "expected a non-empty printable string")
+        return item["current"], item["next"]
 
     def array(self, value: Any, where: str, seen: Dict[str, int],
               quick: Callable[[Any, Dict[str, int]], Optional[Tuple[Any, ...]]],

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -50,11 +51,14 @@ BETA_QUEUE = {
 }
 
 
+SIGNING_KEYS = {"current": "sig_alpha_current", "next": "sig_alpha_next"}  # account A's
+
+
 def accounts_document() -> Dict[str, Any]:
-    """Three accounts: A has a group and a queue, B one queue, C (by digest) nothing."""
+    """Three accounts: A has a group, a queue and signing keys, B one queue, C (by digest) nothing."""
     return copy.deepcopy({
         "accounts": [
-            {"token": TOKEN_A, "urlGroups": [ALPHA_GROUP], "queues": [ALPHA_QUEUE]},
+            {"token": TOKEN_A, "urlGroups": [ALPHA_GROUP], "queues": [ALPHA_QUEUE], "signingKeys": SIGNING_KEYS},
             {"token": TOKEN_B, "queues": [BETA_QUEUE]},
             {"tokenSha256": hashlib.sha256(TOKEN_C.encode()).hexdigest()},
         ]
@@ -210,6 +214,13 @@ def serving(data: Path, *args: str, env: Optional[Dict[str, str]] = None, **pope
             raise AssertionError("server did not start: %r %r" % (first, proc.communicate(timeout=10)))
         banner = [first, proc.stdout.readline(), proc.stdout.readline()]  # type: ignore[union-attr]
         yield Server(proc, match.group(1), banner)
+
+
+def free_port() -> int:
+    """A loopback port that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def eventually(check: Any, timeout: float = 10.0) -> Any:

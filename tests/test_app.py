@@ -188,7 +188,7 @@ def test_other_paths_get_404(app: Any, path: str) -> None:
     response = call(app, path, headers=bearer(TOKEN_A))
     assert response.status == 404
     assert response.json() == {"error": "not found: this read-only server answers GET /v2/topics, "
-                                        "/v2/topics/<name>, /v2/queues and /v2/queues/<name>"}
+                                        "/v2/topics/<name>, /v2/queues, /v2/queues/<name> and /v2/keys"}
 
 
 def test_every_response_is_json_with_exact_length_and_nosniff(app: Any) -> None:

@@ -22,6 +22,7 @@ from helpers import (
     Output,
     accounts_document,
     eventually,
+    free_port,
     run,
     serving,
     started,
@@ -139,12 +140,6 @@ def test_check_never_echoes_a_token_pasted_as_its_digest(tmp_path: Path) -> None
     assert code == 2 and out == ""
     assert err.startswith("%s: accounts[0].tokenSha256: expected 64 hexadecimal digits" % bad)
     assert SECRET not in err and SECRET[:12] not in err
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def children(pid: int) -> List[int]:

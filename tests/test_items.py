@@ -22,7 +22,7 @@ import app as service
 from store import DataFile
 
 NOT_FOUND = {"error": "not found: this read-only server answers GET /v2/topics, /v2/topics/<name>, "
-                      "/v2/queues and /v2/queues/<name>"}
+                      "/v2/queues, /v2/queues/<name> and /v2/keys"}
 ODD_NAMES = ["my queue", "a/b", "100%", "ünï", "x+y", "?q"]
 BIG_GROUP = dict(ALPHA_GROUP, name="big", endpoints=[{"url": "https://h%d.example.com/hook" % i} for i in range(60)])
 

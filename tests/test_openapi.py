@@ -1,4 +1,4 @@
-"""Every answer of the four read operations against QStash's own OpenAPI document, read strictly.
+"""Every answer of the read operations against QStash's own OpenAPI document, read strictly.
 
 The document is ../shared/reference/qstash-openapi.yaml (a copy of qstash/openapi.yaml in
 upstash/docs); tests/openapi.yaml is the same file, kept beside the tests so a clone
@@ -64,6 +64,8 @@ CASES = [
     ("/v2/queues/{queueName}", "/v2/queues/reports", TOKEN_B, 200),
     ("/v2/queues/{queueName}", "/v2/queues/nothere", TOKEN_A, 404),
     ("/v2/queues/{queueName}", "/v2/queues/emails", None, 401),
+    ("/v2/keys", "/v2/keys", TOKEN_A, 200),
+    ("/v2/keys", "/v2/keys", "wrong", 401),
 ]
 
 

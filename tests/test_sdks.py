@@ -14,7 +14,19 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from helpers import ALPHA_GROUP, ALPHA_QUEUE, BETA_QUEUE, ROOT, TOKEN_A, TOKEN_B, Server, serving, write_json
+from helpers import (
+    ALPHA_GROUP,
+    ALPHA_QUEUE,
+    BETA_QUEUE,
+    ROOT,
+    SIGNING_KEYS,
+    TOKEN_A,
+    TOKEN_B,
+    Server,
+    free_port,
+    serving,
+    write_json,
+)
 
 HERE = Path(__file__).resolve().parent
 SCRATCH = ROOT / ".ci-sdk"
@@ -30,7 +42,7 @@ MISSING = "not found: no %s named \\\"%s\\\""
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: Any) -> Any:
     document = {"accounts": [
-        {"token": TOKEN_A, "urlGroups": [ALPHA_GROUP], "queues": [ALPHA_QUEUE]},
+        {"token": TOKEN_A, "urlGroups": [ALPHA_GROUP], "queues": [ALPHA_QUEUE], "signingKeys": SIGNING_KEYS},
         {"token": TOKEN_B, "urlGroups": [dict(ALPHA_GROUP, name="invoices")], "queues": [BETA_QUEUE]},
     ]}
     with serving(write_json(tmp_path_factory.mktemp("sdk") / "data.json", document), "--quiet") as running:
@@ -59,7 +71,7 @@ def test_python_sdk(server: Server) -> None:
     command = [SDK_PYTHON, str(HERE / "sdk" / "sdk_check.py")]
     mine = sdk(command, server, TOKEN_A, "orders", "emails")
     assert mine == {"url_groups": [snake(ALPHA_GROUP)], "queues": [snake(ALPHA_QUEUE)],
-                    "url_group": snake(ALPHA_GROUP), "queue": snake(ALPHA_QUEUE)}
+                    "url_group": snake(ALPHA_GROUP), "queue": snake(ALPHA_QUEUE), "signing_key": SIGNING_KEYS}
     for group, queue in [("nothere", "nothere"), ("invoices", "reports")]:  # nowhere; only in account B
         result = sdk(command, server, TOKEN_A, group, queue)
         assert result["url_group"]["raised"].startswith("Request failed with status: 404, body: ")
@@ -68,6 +80,7 @@ def test_python_sdk(server: Server) -> None:
     theirs = sdk(command, server, TOKEN_B, "invoices", "reports")
     assert theirs["queue"] == snake(dict(BETA_QUEUE, paused=False))
     assert theirs["url_group"]["name"] == "invoices"
+    assert theirs["signing_key"]["raised"].startswith("Request failed with status: 404")  # B has none; A's stay A's
     stranger = sdk(command, server, "wrong", "orders", "emails")
     assert all("status: 401" in stranger[key]["raised"] for key in stranger)
 
@@ -116,3 +129,21 @@ def test_the_readmes_js_example_runs(server: Server) -> None:
     done = subprocess.run(["node", str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "name: 'orders'" in done.stdout and "name: 'emails'" in done.stdout
+
+
+@needs_js_sdk
+def test_the_js_sdks_dev_mode_uses_this_server_and_downloads_nothing(tmp_path: Path) -> None:
+    """QSTASH_DEV=1: the SDK ignores baseUrl and token, checks GET /v2/keys on 127.0.0.1 with the dev
+    token for the dev signing keys, and would download the closed `qstash dev` binary otherwise."""
+    script = Path(SDK_JS).parent / "dev-mode.mjs"
+    script.write_text(readme_block("`QSTASH_DEV=1 node dev-mode.mjs`"))
+    port = free_port()
+    data = write_json(tmp_path / "data.json", {"urlGroups": [ALPHA_GROUP], "queues": [ALPHA_QUEUE]})
+    with serving(data, "--port", str(port), "--quiet") as server:
+        assert server.port == port
+        env = {k: v for k, v in os.environ.items() if not k.startswith("QSTASH_")}
+        env.update(QSTASH_DEV="1", QSTASH_DEV_PORT=str(port))
+        done = subprocess.run(["node", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "name: 'emails'" in done.stdout and "name: 'orders'" in done.stdout
+    assert "download" not in (done.stdout + done.stderr).lower() and "ENOTFOUND" not in done.stderr

@@ -35,7 +35,7 @@ FAULTS = [
     (b'{"queues": ["\xff"]}', "not UTF-8 text: invalid start byte at byte 13"),
     (b"[]", "(top level): expected an object, got an array"),
     (b"null", "(top level): expected an object, got null"),
-    ({"queue": []}, "queue: unknown key (expected 'urlGroups', 'queues', 'accounts')"),
+    ({"queue": []}, "queue: unknown key (expected 'urlGroups', 'queues', 'signingKeys', 'accounts')"),
     ({"accounts": [], "queues": []}, "queues: unknown key next to 'accounts' (a file lists accounts, "
                                      "or holds 'urlGroups' and 'queues' of one account, not both)"),
     # Null or a wrong type where an array is expected
@@ -83,7 +83,7 @@ FAULTS = [
     ({"urlGroups": [dict(G, endpoints=[{"url": "http://a", "nmae": "b"}])]},
      "urlGroups[0].endpoints[0].nmae: unknown key (expected 'url', 'name')"),
     ({"accounts": [{"token": "t", "queus": []}]},
-     "accounts[0].queus: unknown key (expected 'token', 'tokenSha256', 'urlGroups', 'queues')"),
+     "accounts[0].queus: unknown key (expected 'token', 'tokenSha256', 'urlGroups', 'queues', 'signingKeys')"),
     # Names
     ({"queues": [dict(Q, name="")]}, 'queues[0].name: expected a non-empty string, got ""'),
     ({"urlGroups": [dict(G, name="")]}, 'urlGroups[0].name: expected a non-empty string, got ""'),

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from helpers import ALPHA_QUEUE, Q_TEMPLATE, ROOT, TOKEN_A, Output, eventually, started, write_json
-from test_hostile import children, deploy_command, free_port, get, wait_until_answered
+from helpers import ALPHA_QUEUE, Q_TEMPLATE, ROOT, TOKEN_A, Output, eventually, free_port, started, write_json
+from test_hostile import children, deploy_command, get, wait_until_answered
 
 BIN = Path(sys.executable).parent
 UWSGI = shutil.which("uwsgi", path=str(BIN)) or shutil.which("uwsgi")

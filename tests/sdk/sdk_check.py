@@ -31,6 +31,7 @@ def main() -> None:
         "queues": outcome(client.queue.list),
         "url_group": outcome(lambda: client.url_group.get(group)),
         "queue": outcome(lambda: client.queue.get(queue)),
+        "signing_key": outcome(client.signing_key.get),
     }
     print(json.dumps(result))
 

@@ -1,0 +1,170 @@
+"""--record: a data file from a real account, tried against a running qstash-lists (a round trip)
+and against a small fake QStash that misbehaves in each way a real one might.  Every failure is one
+line that says what happened and what to do, and leaves the old file byte for byte."""
+
+import http.server
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import pytest
+from helpers import (
+    ALPHA_GROUP,
+    ALPHA_QUEUE,
+    SIGNING_KEYS,
+    TOKEN_A,
+    accounts_document,
+    bearer,
+    call,
+    run,
+    serving,
+    write_json,
+)
+
+import app as service
+
+Answer = Tuple[int, str, bytes]  # status, Content-Type, body
+
+
+class Fake(http.server.ThreadingHTTPServer):
+    answers: Dict[str, Answer]
+    delay: float = 0.0
+    seen: List[Tuple[str, Optional[str]]]
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    server: Fake
+
+    def do_GET(self) -> None:  # noqa: N802
+        self.server.seen.append((self.path, self.headers.get("Authorization")))
+        time.sleep(self.server.delay)
+        status, kind, body = self.server.answers.get(self.path, (404, "application/json", b'{"error":"no"}'))
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def good(extra: bool = False) -> Dict[str, Answer]:
+    endpoints: List[Dict[str, str]] = [dict(e) for e in ALPHA_GROUP["endpoints"]]  # type: ignore[attr-defined]
+    group: Dict[str, Any] = dict(ALPHA_GROUP, endpoints=endpoints)
+    queue: Dict[str, Any] = dict(ALPHA_QUEUE)
+    if extra:  # fields QStash may add over time, and an endpoint without a name written as ""
+        endpoints.append({"url": "https://c.example.com/hook", "name": "", "topicName": "orders"})
+        queue.update(dlqCount=3, secretish="value-not-to-print")
+    return {"/v2/topics": (200, "application/json", json.dumps([group]).encode()),
+            "/v2/queues": (200, "application/json", json.dumps([queue]).encode()),
+            "/v2/keys": (200, "application/json", json.dumps(SIGNING_KEYS).encode())}
+
+
+@pytest.fixture
+def fake() -> Iterator[Fake]:
+    server = Fake(("127.0.0.1", 0), Handler)
+    server.answers, server.seen = good(), []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def record(fake: Fake, path: Path, *args: str, token: str = TOKEN_A) -> Tuple[int, str, str]:
+    return run(["--record", "--data", str(path)] + list(args),
+               env={"QSTASH_URL": "http://127.0.0.1:%d" % fake.server_address[1], "QSTASH_TOKEN": token})
+
+
+def test_a_round_trip_through_a_running_server_serves_the_same_lists(tmp_path: Path) -> None:
+    copy = tmp_path / "copy.json"
+    with serving(write_json(tmp_path / "d.json", accounts_document()), "--quiet") as server:
+        code, out, err = run(["--record", "--signing-keys", "--data", str(copy)],
+                             env={"QSTASH_URL": server.url, "QSTASH_TOKEN": TOKEN_A})
+        assert (code, err) == (0, "")
+        assert out == "%s: recorded 1 account, 1 URL group, 1 queue from %s\n" % (copy, server.url)
+        original = service.create_app(service.open_data(str(tmp_path / "d.json"), None), access_log=False)
+        recorded = service.create_app(service.open_data(str(copy), TOKEN_A), access_log=False)
+        for path in ("/v2/topics", "/v2/queues", "/v2/topics/orders", "/v2/queues/emails", "/v2/keys"):
+            auth = bearer(TOKEN_A)
+            assert call(recorded, path, headers=auth).body == call(original, path, headers=auth).body
+    assert TOKEN_A not in out + err + copy.read_text()
+
+
+def test_unknown_fields_are_left_out_by_name_and_keys_only_when_asked(fake: Fake, tmp_path: Path) -> None:
+    fake.answers = good(extra=True)
+    path = tmp_path / "data.json"
+    code, out, err = record(fake, path)
+    assert code == 0
+    assert err == "%s: left out what a data file does not hold: endpoints.topicName, queues.dlqCount, " \
+                  "queues.secretish\n" % path
+    written = json.loads(path.read_text())
+    assert "signingKeys" not in written and written["queues"] == [ALPHA_QUEUE]
+    assert written["urlGroups"][0]["endpoints"][-1] == {"url": "https://c.example.com/hook"}
+    assert [p for p, _ in fake.seen] == ["/v2/topics", "/v2/queues"]
+    assert all(auth == "Bearer " + TOKEN_A for _, auth in fake.seen)
+    assert record(fake, path, "--signing-keys")[0] == 0
+    assert json.loads(path.read_text())["signingKeys"] == SIGNING_KEYS
+    assert run(["--check", "--data", str(path)], env={"QSTASH_TOKEN": TOKEN_A})[0] == 0
+
+
+BEFORE = b'{"queues": []}\n  '  # an existing file, kept byte for byte
+
+
+@pytest.mark.parametrize("answers, args, line", [
+    ({"/v2/topics": (401, "application/json", b'{"error":"Unauthorized"}')}, [],
+     "GET {url}/v2/topics: answered 401 Unauthorized; check QSTASH_TOKEN; {path} is unchanged"),
+    ({"/v2/queues": (500, "application/json", b'{"error":"oops"}')}, [],
+     "GET {url}/v2/queues: answered 500 Internal Server Error; try again later; {path} is unchanged"),
+    ({"/v2/topics": (200, "text/html", b"<html><body>Bad gateway</body></html>")}, [],
+     "GET {url}/v2/topics: the answer is not JSON; is QSTASH_URL the QStash API?; {path} is unchanged"),
+    ({"/v2/topics": (200, "application/json", b'{"topics": []}')}, [],
+     "{url}/v2/topics: expected a JSON array of objects; is QSTASH_URL the QStash API?; {path} is unchanged"),
+    ({"/v2/queues": (200, "application/json", json.dumps([dict(ALPHA_QUEUE)] * 40).encode())}, ["--max-size", "1K"],
+     "GET {url}/v2/queues: the answer is over 1024 bytes (--max-size); {path} is unchanged"),
+    ({"/v2/queues": (200, "application/json", json.dumps([dict(ALPHA_QUEUE, lag=-1)]).encode())}, [],
+     "{path}: queues[0].lag: expected a non-negative integer, got -1"),
+])
+def test_each_failure_is_one_line_and_leaves_the_file(fake: Fake, tmp_path: Path, answers: Any, args: Any,
+                                                      line: str) -> None:
+    fake.answers.update(answers)
+    path = tmp_path / "data.json"
+    path.write_bytes(BEFORE)
+    code, out, err = record(fake, path, *args)
+    url = "http://127.0.0.1:%d" % fake.server_address[1]
+    assert (code, out) == (2, "")
+    assert err.splitlines()[0] == line.format(url=url, path=path)
+    assert "Traceback" not in err and TOKEN_A not in err
+    assert path.read_bytes() == BEFORE
+    assert [p.name for p in tmp_path.iterdir()] == ["data.json"]  # no temporary file left behind
+
+
+def test_a_slow_answer_times_out(fake: Fake, tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
+    fake.delay = 1.0
+    monkeypatch.setattr(service, "RECORD_TIMEOUT", 0.2)
+    path = tmp_path / "data.json"
+    path.write_bytes(BEFORE)
+    url = "http://127.0.0.1:%d" % fake.server_address[1]
+    assert service.main(["--record", "--data", str(path)], {"QSTASH_URL": url, "QSTASH_TOKEN": TOKEN_A}) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("GET %s/v2/topics: no answer (" % url)
+    assert err.endswith("); check QSTASH_URL and the network; %s is unchanged\n" % path)
+    assert path.read_bytes() == BEFORE
+
+
+def test_a_refused_connection_and_a_missing_token(tmp_path: Path) -> None:
+    import socket
+
+    path = tmp_path / "data.json"
+    path.write_bytes(BEFORE)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        url = "http://127.0.0.1:%d" % closed.getsockname()[1]  # bound, never listening: refused
+        code, _, err = run(["--record", "--data", str(path)], env={"QSTASH_URL": url, "QSTASH_TOKEN": TOKEN_A})
+    assert code == 2 and err.startswith("GET %s/v2/topics: no answer (" % url)
+    assert run(["--record", "--data", str(path)]) == (
+        2, "", "QSTASH_TOKEN is not set: --record reads the account whose token it is\n")
+    assert path.read_bytes() == BEFORE
