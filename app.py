@@ -296,6 +296,8 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         if args.check:  # one read and one parse: no bodies to encode, no reloader
             loaded = store.load(path, settings["token"], fallback, settings["max_size"])
             print("%s: OK: %s" % (path, loaded.summary()))
+            for line in loaded.warnings(path):
+                print(line, file=sys.stderr)
             return 0
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(_UTCFormatter("%(asctime)s %(message)s"))

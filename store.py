@@ -53,6 +53,7 @@ MAX_DIGITS = 20
 _TOO_LONG = 10**MAX_DIGITS
 #: The largest integer a JavaScript client reads back exactly.
 MAX_SAFE_INTEGER = 2**53 - 1
+_YEAR_2001_MS = 978307200000
 #: How many faults one report lists before it stops counting them out.
 MAX_FAULTS = 50
 #: How often a file that changes while it is read is read again, in one look, before giving up.
@@ -200,6 +201,23 @@ class Store:
         towards a secret one, so neither a token nor its length leaks.
         """
         return self.by_digest.get(hashlib.sha256(token).digest())
+
+    def warnings(self, source: str) -> List[str]:
+        """Return what looks wrong in a valid file, one line each: no account, times in seconds."""
+        if not self.accounts:
+            return ["%s: warning: no account at all: every request will get 401" % source]
+        early = []  # before 2001 as milliseconds: most likely seconds
+        for i, account in enumerate(self.accounts):
+            prefix = "" if self.single_account else "accounts[%d]." % i
+            for kind, items in (("urlGroups", account.url_groups), ("queues", account.queues)):
+                early += ["%s%s[%d].%s" % (prefix, kind, j, name) for j, item in enumerate(items)
+                          for name, value in (("createdAt", item.created_at), ("updatedAt", item.updated_at))
+                          if 0 < value < _YEAR_2001_MS]
+        if not early:
+            return []
+        more = " (and %d more)" % (len(early) - 1) if len(early) > 1 else ""
+        return ["%s: warning: %s%s looks like seconds, not milliseconds (before 2001 as milliseconds)"
+                % (source, early[0], more)]
 
     def summary(self) -> str:
         """Return "N accounts, N URL groups, N queues"."""

@@ -309,3 +309,21 @@ def test_a_port_in_use_is_one_line(data_path: Path) -> None:
     assert last.startswith("cannot listen on 127.0.0.1 port %d: " % port), err
     assert last.endswith("; stop what uses it, or choose another port (--port 0 picks a free one)")
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("document, warning", [
+    ({"accounts": []}, "no account at all: every request will get 401"),
+    ({"queues": [dict(ALPHA_QUEUE, createdAt=1700000000, updatedAt=1700000000)]},
+     "queues[0].createdAt (and 1 more) looks like seconds, not milliseconds (before 2001 as milliseconds)"),
+    ({"accounts": [{"token": TOKEN_A, "urlGroups": [], "queues": [dict(ALPHA_QUEUE, updatedAt=978307199999,
+                                                                     createdAt=0)]}]},
+     "accounts[0].queues[0].updatedAt looks like seconds, not milliseconds (before 2001 as milliseconds)"),
+])
+def test_check_warns_without_failing(tmp_path: Path, document: Dict[str, Any], warning: str) -> None:
+    path = write_json(tmp_path / "d.json", document)
+    code, out, err = run(["--check", "--data", str(path)])
+    assert (code, err) == (0, "%s: warning: %s\n" % (path, warning))
+    assert out.startswith("%s: OK: " % path)
+    edge = write_json(tmp_path / "edge.json", {"queues": [dict(ALPHA_QUEUE, createdAt=978307200000,
+                                                                updatedAt=978307200000)]})
+    assert run(["--check", "--data", str(edge)])[2] == ""  # 2001 itself is fine

@@ -137,3 +137,34 @@ def test_signals_of_each_server(tmp_path: Path, server: str, signum: str) -> Non
         assert status == stops[signum] if stops[signum] is not None else status != 0
     assert "Traceback" not in log.text()
 
+
+
+BOOT_FAILURES = {
+    # what only the environment can fix, and the one line that says so
+    "a pasted 'Bearer '": ({"QSTASH_TOKEN": "Bearer abc"},
+                           "QSTASH_TOKEN: drop the word 'Bearer': the variable holds the token alone"),
+    "no QSTASH_TOKEN for one account": ({}, "{data}: holds a single account, and QSTASH_TOKEN is not set: "
+                                            "set it to the token its clients send"),
+    "an unreadable size": ({"QSTASH_TOKEN": "t", "QSTASH_LISTS_MAX_SIZE": "\u00b2"},
+                           "QSTASH_LISTS_MAX_SIZE: expected a size in bytes such as 64M (K, M or G may follow the "
+                           "number)"),
+}
+
+
+@pytest.mark.parametrize("server", list(SERVERS))
+@pytest.mark.parametrize("mistake", list(BOOT_FAILURES))
+def test_a_configuration_mistake_stops_every_server_with_one_line(tmp_path: Path, server: str, mistake: str) -> None:
+    """Not a worker booted again and again (gunicorn, before: 261 boots in 15 s), not a 503 for ever."""
+    if server == "uwsgi" and UWSGI is None:
+        pytest.skip("uwsgi is not installed (pip install -e '.[test]' builds it)")
+    command, _ = SERVERS[server]
+    data = write_json(tmp_path / "data.json", {"queues": [ALPHA_QUEUE]})  # one account
+    env, line = BOOT_FAILURES[mistake]
+    with started(command(free_port()), dict(env, QSTASH_LISTS_DATA=str(data), PYTHONPATH=str(ROOT)),
+                 cwd=str(tmp_path)) as proc:
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert line.format(data=data) in err.splitlines()
+    assert "Traceback" not in err
+    if server == "gunicorn":
+        assert proc.returncode == 3 and "Worker failed to boot" in err and err.count("Booting worker") <= 2
