@@ -209,7 +209,9 @@ class Store:
         early = []  # before 2001 as milliseconds: most likely seconds
         for i, account in enumerate(self.accounts):
             prefix = "" if self.single_account else "accounts[%d]." % i
-            for kind, items in (("urlGroups", account.url_groups), ("queues", account.queues)):
+            kinds: Tuple[Tuple[str, Sequence[Item]], ...] = (("urlGroups", account.url_groups),
+                                                              ("queues", account.queues))
+            for kind, items in kinds:
                 early += ["%s%s[%d].%s" % (prefix, kind, j, name) for j, item in enumerate(items)
                           for name, value in (("createdAt", item.created_at), ("updatedAt", item.updated_at))
                           if 0 < value < _YEAR_2001_MS]
