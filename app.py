@@ -456,7 +456,7 @@ class HTTPError(Exception):
         """Return the status line, headers and body of this error."""
         body = json.dumps({"error": self.message}, separators=(",", ":")).encode()
         headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
-                   ("X-Content-Type-Options", "nosniff")] + self.headers
+                   ("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")] + self.headers
         return "%d %s" % (self.status, self.status.phrase), headers, body
 
 
@@ -529,7 +529,8 @@ class Representation:
         self.data = data
         self.etag = etag
         # A 304 repeats these of the 200 (RFC 9110, 15.4.5); Vary: the body depends on Accept-Encoding (12.5.5).
-        cache = [("ETag", etag), ("Cache-Control", "no-cache"), ("X-Content-Type-Options", "nosniff")]
+        # One account's answer: a shared cache must not keep it, a client must revalidate (RFC 9111, 5.2.2).
+        cache = [("ETag", etag), ("Cache-Control", "private, no-cache"), ("X-Content-Type-Options", "nosniff")]
         if vary:
             cache.append(("Vary", "Accept-Encoding"))
         self.not_modified = cache

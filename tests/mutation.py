@@ -74,7 +74,7 @@ MUTANTS: List[Mutant] = [
     M("etag", "app.py", "self.identity.etag[:-1] + '-gzip\"'", "self.identity.etag"),
     M("etag", "app.py", 'return "304 Not Modified", list(chosen.not_modified), b""',
       'return "304 Not Modified", list(chosen.headers), b""'),
-    M("etag", "app.py", 'cache = [("ETag", etag), ("Cache-Control", "no-cache"), ',
+    M("etag", "app.py", 'cache = [("ETag", etag), ("Cache-Control", "private, no-cache"), ',
       'cache = [("ETag", etag), '),
     # gzip
     M("gzip", "app.py", "            return q > 0\n", "            return True\n"),

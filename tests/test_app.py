@@ -202,6 +202,8 @@ def test_every_response_is_json_with_exact_length_and_nosniff(app: Any) -> None:
         assert response.headers["Content-Type"] == "application/json"
         assert response.headers["Content-Length"] == str(len(response.body))
         assert response.headers["X-Content-Type-Options"] == "nosniff"
+        # One account's answer is private; an error is kept by no cache (RFC 9111, 5.2.2).
+        assert response.headers["Cache-Control"] == ("private, no-cache" if response.status == 200 else "no-store")
 
 
 def test_mounted_under_a_prefix(app: Any) -> None:
@@ -292,7 +294,7 @@ def test_etag_and_cache_control(app: Any) -> None:
     response = call(app, headers=bearer(TOKEN_A))
     etag = response.headers["ETag"]
     assert etag.startswith('"') and etag.endswith('"') and len(etag) > 10  # strong
-    assert response.headers["Cache-Control"] == "no-cache"
+    assert response.headers["Cache-Control"] == "private, no-cache"
     assert call(app, headers=bearer(TOKEN_A)).headers["ETag"] == etag  # stable
     assert call(app, headers=bearer(TOKEN_B)).headers["ETag"] != etag  # per body
 
@@ -305,7 +307,7 @@ def test_if_none_match_gives_304_without_a_body(app: Any, method: str, template:
     response = call(app, method=method, headers=headers)
     assert (response.status, response.body) == (304, b"")
     assert response.headers["ETag"] == etag
-    assert response.headers["Cache-Control"] == "no-cache"
+    assert response.headers["Cache-Control"] == "private, no-cache"
     assert "Content-Type" not in response.headers and "Content-Length" not in response.headers
 
 

@@ -158,7 +158,7 @@ def test_head_is_get_without_the_body(app: Any, path: str) -> None:
 def test_etag_and_if_none_match(app: Any) -> None:
     first = call(app, "/v2/queues/emails", headers=bearer(TOKEN_A))
     etag = first.headers["ETag"]
-    assert first.headers["Cache-Control"] == "no-cache"
+    assert first.headers["Cache-Control"] == "private, no-cache"
     again = call(app, "/v2/queues/emails", headers=dict(bearer(TOKEN_A), **{"If-None-Match": etag}))
     assert (again.status, again.body, again.headers["ETag"]) == (304, b"", etag)
     other = call(app, "/v2/queues/my queue", headers=dict(bearer(TOKEN_A), **{"If-None-Match": etag}))
