@@ -576,7 +576,9 @@ class Snapshot:
         if noun is not None:
             return Body(store.encode(getattr(account, field)))
         keys = account.signing_keys or (DEV_SIGNING_KEYS if self.store.fallback_used else None)
-        return None if keys is None else Body(json.dumps({"current": keys[0], "next": keys[1]}).encode())
+        if keys is None:
+            return None
+        return Body(json.dumps({"current": keys[0], "next": keys[1]}, separators=(",", ":")).encode())
 
     def item(self, account: store.Account, path: str, name: str) -> Body:
         """Return the body of the item ``name`` in the collection at ``path``; raise NoSuchItem."""

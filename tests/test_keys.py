@@ -117,3 +117,8 @@ def test_store_keeps_the_keys_in_the_account() -> None:
     loaded = store.parse(json.dumps({"queues": [], "signingKeys": SIGNING_KEYS}).encode(), "d", "t")
     assert loaded.accounts[0].signing_keys == (SIGNING_KEYS["current"], SIGNING_KEYS["next"])
     assert SIGNING_KEYS["current"] not in repr(loaded)
+
+
+def test_the_keys_are_compact_json(app: Any) -> None:
+    compact = json.dumps(SIGNING_KEYS, separators=(",", ":")).encode()
+    assert call(app, "/v2/keys", headers=bearer(TOKEN_A)).body == compact
