@@ -532,8 +532,8 @@ def test_a_child_forked_in_the_middle_of_a_build_serves_the_file_as_it_is_now(pa
     write_json(path, version(2, 1))
     data.wake()
     assert building.wait(10) and not gc.isenabled()  # the parent's build is under way, the GC paused
-    def reloaders() -> Set[threading.Thread]:
-        return {t for t in threading.enumerate() if t.name.startswith("qstash-lists reloader")}
+    def reloaders() -> Set[threading.Thread]:  # this data file's (other tests' may still be alive)
+        return {t for t in threading.enumerate() if t.name == "qstash-lists reloader: %s" % path}
 
     parents = reloaders()  # a fork from C leaves them listed in the child, though they are not there
     with warnings.catch_warnings():
