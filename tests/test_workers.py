@@ -13,6 +13,7 @@ from typing import Any, Dict, List
 import pytest
 from helpers import ALPHA_QUEUE, Q_TEMPLATE, ROOT, TOKEN_A, Output, eventually, free_port, started, write_json
 from test_hostile import children, deploy_command, get, wait_until_answered
+from test_server import catches
 
 BIN = Path(sys.executable).parent
 UWSGI = shutil.which("uwsgi", path=str(BIN)) or shutil.which("uwsgi")
@@ -38,6 +39,14 @@ def everyone_serves(port: int, name: str, tries: int = 20) -> bool:
     try:
         return all(get("127.0.0.1", port, "/v2/queues/" + name)[0] == 200 for _ in range(tries))
     except OSError:  # a connection reset while the server replaces its workers
+        return False
+
+
+def answers_at_once(port: int) -> bool:
+    """Tell whether the server answers within a fifth of a second (a loading one does not)."""
+    try:
+        return get("127.0.0.1", port, "/v2/queues/emails", timeout=0.2)[0] == 200
+    except OSError:
         return False
 
 
@@ -173,3 +182,31 @@ def test_a_configuration_mistake_stops_every_server_with_one_line(tmp_path: Path
         assert proc.returncode == 3 or (proc.returncode == 1 and "gunicorn.errors.HaltServer" in err)
     else:
         assert "Traceback" not in err
+
+
+@pytest.fixture(scope="module")
+def slow_file(tmp_path_factory: Any) -> Path:
+    """A file whose first load takes about a second here."""
+    return write_json(tmp_path_factory.mktemp("slow") / "data.json", big_document(150000))
+
+
+@pytest.mark.parametrize("server", ["waitress-serve", "gunicorn"])  # uWSGI's master loads the app before it
+@pytest.mark.parametrize("signum", ["SIGHUP", "SIGTERM", "SIGINT"])  # handles any signal: its own affair
+def test_signals_of_each_server_during_the_first_load(slow_file: Path, server: str, signum: str) -> None:
+    """The same table from the first instant: a signal while the app is still loading the file.
+    SIGHUP never ends the server; SIGTERM and SIGINT end it with no traceback."""
+    command, _ = SERVERS[server]
+    port = free_port()
+    env = {"QSTASH_LISTS_DATA": str(slow_file), "PYTHONPATH": str(ROOT)}
+    with started(command(port), env, cwd=str(slow_file.parent)) as proc:
+        log = Output(proc.stderr)
+        # Its SIGHUP handler is in (the app's, or the server's own), and nothing answers yet: loading.
+        eventually(lambda: catches(proc.pid, signal.SIGHUP) and (server != "gunicorn" or children(proc.pid)))
+        assert not answers_at_once(port)
+        proc.send_signal(getattr(signal, signum))
+        if signum == "SIGHUP":
+            eventually(lambda: everyone_serves(port, "emails"), timeout=60)
+            assert proc.poll() is None
+            proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert "Traceback" not in log.text()
