@@ -172,6 +172,8 @@ SETTINGS: Dict[str, Setting] = {
                         "refuse a data file larger than this many bytes; K, M or G may follow"),
     "interval": Setting("--interval", "QSTASH_LISTS_INTERVAL", "1", _seconds,
                         "seconds between looks at the data file (SIGHUP: look now)"),
+    "stop_timeout": Setting("--stop-timeout", "QSTASH_LISTS_STOP_TIMEOUT", "10", _seconds,
+                            "seconds the answers in flight may take to finish after SIGTERM or Ctrl-C"),
     "url": Setting(None, "QSTASH_URL", "https://qstash.upstash.io", _http_url, "the QStash API that --record reads"),
     "host": Setting("--host", None, "127.0.0.1", str, "address to listen on"),
     "port": Setting("--port", None, "8080", _whole(0, 65535), "port; 0 picks a free one"),
@@ -410,8 +412,9 @@ def _serve(settings: Mapping[str, Any], quiet: bool, data: store.DataFile[Snapsh
     except ImportError:
         return _fail(["waitress is not installed: python -m pip install waitress"])
     host, port = settings["host"], settings["port"]
+    socket_map: Dict[int, Any] = {}  # ours, single socket or several, so that _run can see every connection
     try:
-        server = create_server(create_app(data, access_log=not quiet), host=host, port=port,
+        server = create_server(create_app(data, access_log=not quiet), map=socket_map, host=host, port=port,
                                threads=settings["threads"], **WAITRESS_SETTINGS)
     except (OSError, ValueError) as exc:
         return _fail(["cannot listen on %s port %d: %s; stop what uses it, or choose another port "
@@ -433,8 +436,37 @@ def _serve(settings: Mapping[str, Any], quiet: bool, data: store.DataFile[Snapsh
     else:
         print("# QSTASH_TOKEN: the one set in this server's environment (not shown)")
     sys.stdout.flush()
-    server.run()
+    _run(server, socket_map, settings["stop_timeout"])
     return 0
+
+
+def _run(server: Any, socket_map: Dict[int, Any], stop_timeout: float) -> None:
+    """Serve until SIGTERM or SIGINT, then stop gracefully: refuse new connections, close idle
+    ones, and let the answers in flight finish, for at most ``stop_timeout`` seconds."""
+    from waitress import wasyncore
+    from waitress.channel import HTTPChannel
+    from waitress.server import BaseWSGIServer
+
+    deadline: List[float] = []
+
+    def stop(signum: int, frame: Any) -> None:
+        deadline[:] = deadline or [time.monotonic() + stop_timeout]  # a handler only notes it
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while not deadline:
+        wasyncore.loop(timeout=0.5, map=socket_map, use_poll=True, count=1)
+    for listener in [d for d in socket_map.values() if isinstance(d, BaseWSGIServer)]:
+        wasyncore.dispatcher.close(listener)  # not BaseWSGIServer.close: the threads still need the trigger
+    while time.monotonic() < deadline[0]:
+        channels = [d for d in socket_map.values() if isinstance(d, HTTPChannel)]
+        if not channels:
+            break
+        for channel in channels:  # between requests: nothing in flight to finish
+            if channel.request is None and not channel.requests and not channel.total_outbufs_len:
+                channel.will_close = True
+        wasyncore.loop(timeout=0.1, map=socket_map, use_poll=True, count=1)
+    server.task_dispatcher.shutdown()
 
 
 # Request handling ------------------------------------------------------------------------------

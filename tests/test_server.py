@@ -6,6 +6,7 @@ import os
 import re
 import select
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any, Dict, List
@@ -297,8 +298,6 @@ def test_a_fifo_swapped_in_while_serving_neither_hangs_it_nor_replaces_the_data(
 
 
 def test_a_port_in_use_is_one_line(data_path: Path) -> None:
-    import socket
-
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -327,3 +326,45 @@ def test_check_warns_without_failing(tmp_path: Path, document: Dict[str, Any], w
     edge = write_json(tmp_path / "edge.json", {"queues": [dict(ALPHA_QUEUE, createdAt=978307200000,
                                                                 updatedAt=978307200000)]})
     assert run(["--check", "--data", str(edge)])[2] == ""  # 2001 itself is fine
+
+
+def _refused(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_sigterm_finishes_the_answers_in_flight_and_refuses_new_connections(big_file: Path) -> None:
+    """A client is in the middle of a 13 MB answer, more than the sockets' buffers hold, when the
+    stop comes: it gets all of it (the old handler dropped what waitress had not sent yet)."""
+    with serving(big_file, "--quiet") as server:
+        expected = server.get("/v2/queues", {"Authorization": "Bearer " + TOKEN_A})[2]
+        reader = socket.create_connection((server.host, server.port), timeout=30)
+        reader.sendall(b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n")
+        received = reader.recv(65536)  # the answer has begun, and the reader pauses...
+        server.proc.send_signal(signal.SIGTERM)  # ...when the stop comes
+        eventually(lambda: _refused(server.host, server.port))  # no new connection is taken
+        while True:
+            chunk = reader.recv(1 << 20)
+            if not chunk:
+                break
+            received += chunk
+        reader.close()
+        assert server.proc.wait(timeout=30) == 0
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and len(body) == len(expected) > 10000000 and body == expected
+
+
+def test_a_reader_that_never_reads_holds_the_stop_no_longer_than_the_stop_timeout(tmp_path: Path) -> None:
+    queues = [dict(Q_TEMPLATE, name="q%06d" % i) for i in range(20000)]
+    big = write_json(tmp_path / "big.json", {"accounts": [{"token": TOKEN_A, "queues": queues}]})
+    with serving(big, "--quiet", "--stop-timeout", "0.5") as server:
+        hog = socket.create_connection((server.host, server.port), timeout=10)
+        hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        hog.sendall(b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n")
+        hog.recv(4096)
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(timeout=10) == 0  # 0.5 s and a little, not for ever
+        hog.close()
