@@ -368,3 +368,12 @@ def test_a_reader_that_never_reads_holds_the_stop_no_longer_than_the_stop_timeou
         server.proc.send_signal(signal.SIGTERM)
         assert server.proc.wait(timeout=10) == 0  # 0.5 s and a little, not for ever
         hog.close()
+
+
+def test_every_request_answered_is_in_the_log_once_the_server_has_stopped(data_path: Path) -> None:
+    """The access log is written in batches off the request path; none is lost at the stop."""
+    with serving(data_path) as server:
+        for _ in range(50):
+            assert server.get("/v2/queues/emails", {"Authorization": "Bearer " + TOKEN_A})[0] == 200
+        code, _, err = server.stop()  # at once: the last batch is not due yet
+    assert code == 0 and err.count('127.0.0.1 "GET /v2/queues/emails" 200 108 ') == 50
