@@ -464,3 +464,26 @@ def test_bodies_from_gzip_min_bytes_are_compressed(tmp_path: Any, monkeypatch: A
     response = call(app, headers=dict(bearer(TOKEN_A), **{"Accept-Encoding": "gzip"}))
     assert ("Content-Encoding" in response.headers) is compressed
     assert ("Vary" in response.headers) is compressed
+
+
+def test_the_command_lines_access_log_writes_the_same_lines_and_all_of_them_at_close(data_path: Any,
+                                                                                    caplog: Any) -> None:
+    import io
+    import time
+
+    stream = io.StringIO()
+    batched = service.AccessLog(stream)
+    for access_log in (True, batched):
+        app = service.create_app(service.open_data(str(data_path), None), access_log=access_log)
+        with caplog.at_level(logging.INFO, "qstash_lists.access"):
+            for _ in range(100):
+                call(app, "/v2/queues/nothere", query="x=1", headers=bearer(TOKEN_A), REMOTE_ADDR="10.0.0.9")
+    batched.close()  # at once: the writer's next batch is not due yet
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 100 and len(caplog.records) == 100
+    logged = caplog.records[0].getMessage()
+    assert re.sub(r"[\d.]+ms", "ms", lines[0]).split(" ", 1)[1] == re.sub(r"[\d.]+ms", "ms", logged)
+    assert logged.startswith('10.0.0.9 "GET /v2/queues/nothere?x=[redacted]" 404 ')
+    stamp = lines[0].split(" ", 1)[0]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", stamp)
+    assert stamp[:4] == time.strftime("%Y", time.gmtime())
