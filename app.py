@@ -110,6 +110,8 @@ LOGGED_QUERY_VALUES: frozenset[str] = frozenset()
 MAX_QUERY_TOKENS = 16
 #: A name longer than this is cut short where a message repeats it.
 SHOWN_NAME = 100
+#: Lines the command line's access log holds before a request writes them itself.
+ACCESS_LOG_BACKLOG = 10000
 #: Seconds --record waits for each answer of the QStash API.
 RECORD_TIMEOUT = 10.0
 
@@ -278,6 +280,8 @@ class AccessLog:
     def note(self, *entry: Any) -> None:
         """Note one request: its time, environ, status, body size, milliseconds and why (a deque is thread-safe)."""
         self._entries.append(entry)
+        if len(self._entries) > ACCESS_LOG_BACKLOG:  # the stream is stuck: slow requests down, not fill memory
+            self._write()
 
     def close(self) -> None:
         """Write every line noted so far, and stop the thread."""
@@ -290,11 +294,16 @@ class AccessLog:
             self._write()
 
     def _write(self) -> None:
-        lines = []
+        lines: List[str] = []
+        seconds: Dict[int, str] = {}  # a batch's lines share their seconds, and mostly their requests
+        requests: Dict[Tuple[Any, ...], str] = {}
         while self._entries:
             created, environ, status, size, ms, why = self._entries.popleft()
-            lines.append('%s %s "%s" %s %d %.2fms%s\n' % (_utc(created), environ.get("REMOTE_ADDR", "-"),
-                                                          _request_line(environ), status, size, ms, why))
+            second = seconds.get(int(created)) or seconds.setdefault(int(created), _utc(int(created))[:-5])
+            asked = tuple(environ.get(key) for key in _LOGGED_ENVIRON)
+            request = requests.get(asked) or requests.setdefault(asked, _request_line(environ))
+            lines.append('%s.%03dZ %s "%s" %s %d %.2fms%s\n' % (second, int(created % 1 * 1000), asked[0] or "-",
+                                                                request, status, size, ms, why))
         if lines:
             self._stream.write("".join(lines))
             self._stream.flush()
@@ -859,6 +868,9 @@ def _request_line(environ: WSGIEnvironment) -> str:
     return line
 
 
+#: What _request_line reads of the environ, and the client's address first.
+_LOGGED_ENVIRON = ("REMOTE_ADDR", "REQUEST_METHOD", "REQUEST_URI", "RAW_URI", "SCRIPT_NAME", "PATH_INFO",
+                   "QUERY_STRING")
 _PARAMETER_NAME = re.compile(r"[A-Za-z0-9_.%-]{1,24}")  # longer may be a token pasted as a name
 _QUERY_SAFE = "/!$&'()*+,;=:@-._~%[]"  # a raw query or path keeps its escapes
 _PATH_SAFE = _QUERY_SAFE.replace("%", "")  # a decoded path's "%" is itself escaped
