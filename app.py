@@ -64,7 +64,8 @@ else:  # a script or a top-level module: the store.py beside this file, even if 
         _spec.loader.exec_module(store)
 
 __version__ = "0.2.0"
-__all__ = ["DEV_TOKEN", "SETTINGS", "HTTPError", "Snapshot", "create_app", "main", "make_app", "open_data"]
+__all__ = ["DEV_TOKEN", "SETTINGS", "AccessLog", "HTTPError", "Snapshot", "create_app", "main", "make_app", "open_data",
+           "read_settings"]
 
 Headers = List[Tuple[str, str]]
 StartResponse = Callable[..., Callable[[bytes], object]]
