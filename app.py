@@ -268,8 +268,8 @@ def create_app(source: store.DataFile[Snapshot], access_log: Union[bool, AccessL
 
 class AccessLog:
     """The command line's access log: a request only notes what it did, and a thread of its own
-    formats the lines and writes them to ``stream`` in batches, a few times a second (through the
-    logging module, a line a request cost a fifth of the throughput).  :meth:`close` writes the rest."""
+    formats the lines and writes them to ``stream`` in batches, a few times a second (the logging
+    module's way, a line a request, costs far more: tests/benchmark.py).  :meth:`close` writes the rest."""
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
@@ -319,7 +319,7 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
     failed to boot, not one to boot again.  A bad or missing data file does not: the app
     answers 503 until it is good.  Where nobody handles SIGHUP, it makes the reloader look now.
     """
-    # uWSGI keeps its own handlers out of Python's sight (getsignal says SIG_DFL): leave them be.
+    # uWSGI sets its handlers from C, out of Python's sight: SIGHUP there is uWSGI's to handle.
     if (hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGHUP) == signal.SIG_DFL and "uwsgi" not in sys.modules):
         signal.signal(signal.SIGHUP, _wake_all)
