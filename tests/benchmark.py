@@ -573,42 +573,72 @@ def hostile_rows(tmp: Path, rows: List[str], summary: List[str]) -> None:
     summary.append("a trickling client: still connected after %d s" % open_for)
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """The CPU time of process ``pid`` and its children (gunicorn's master and workers), Linux only."""
+    pids = [pid]
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and open("/proc/%s/stat" % entry).read().rsplit(")", 1)[1].split()[1] == str(pid):
+                pids.append(int(entry))
+        except OSError:
+            pass
+    total = 0.0
+    for each in pids:
+        try:
+            with open("/proc/%d/stat" % each) as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            pass
+    return total
+
+
 def gunicorn_rows(tmp: Path, rounds: int, seconds: float, connections: int, rows: List[str],
                   summary: List[str]) -> None:
-    """The documented gunicorn recipe (docs/deploying.md; all cores) against one waitress process, unpinned."""
+    """The documented gunicorn recipe (docs/deploying.md; two workers) against one waitress process,
+    with CPU per request over each process tree: both on core 0 with the load on core 1, then unpinned."""
+    import shlex
     import socket
 
     data = write_data(tmp, 100)
     text = (ROOT / "docs" / "deploying.md").read_text()
     recipe = re.search(r"^QSTASH_TOKEN=\.\.\. (gunicorn .*)$", text, re.M)
     assert recipe, "no gunicorn recipe in docs/deploying.md"
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    import shlex
-    args = shlex.split(recipe.group(1).replace("127.0.0.1:8080", "127.0.0.1:%d" % port))
     env = dict(os.environ, QSTASH_TOKEN=TOKEN, QSTASH_LISTS_DATA=str(data), PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m"] + args, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(tmp))
-    single = Server([sys.executable, "app.py", "--port", "0", "--data", str(data), "--quiet"], pin=False)
-    try:
-        url = "http://127.0.0.1:%d" % port
-        for _ in range(100):
-            try:
-                if fetch(url + "/v2/queues", AUTH)[0] == 200:
-                    break
-            except OSError:
-                time.sleep(0.1)
+    for placement, pin in (("server core 0, load core 1", True), ("unpinned, 2 cores", False)):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        args = shlex.split(recipe.group(1).replace("127.0.0.1:8080", "127.0.0.1:%d" % port))
+        proc = subprocess.Popen((SERVER_CPU if pin else []) + [sys.executable, "-m"] + args, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(tmp))
+        single = Server([sys.executable, "app.py", "--port", "0", "--data", str(data), "--quiet"], pin=pin)
+        try:
+            url = "http://127.0.0.1:%d" % port
+            for _ in range(100):
+                try:
+                    if fetch(url + "/v2/queues", AUTH)[0] == 200:
+                        break
+                except OSError:
+                    time.sleep(0.1)
 
-        def drive(target: str) -> Callable[[], Result]:
-            return lambda: load(target + "/v2/queues", AUTH, seconds, connections, pin=False)
-        ratio, _ = compare("100 queues, all cores", drive(url), drive(single.url), rounds, rows,
-                           "gunicorn recipe", "one waitress process")
-        summary.append("gunicorn recipe / one waitress process, unpinned: requests/s %.2f" % ratio)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        single.close()
+            def drive(target: str, pid: int, pin: bool = pin) -> Callable[[], Result]:
+                def run() -> Result:
+                    before = tree_cpu_seconds(pid)
+                    result = load(target + "/v2/queues", AUTH, seconds, connections, pin=pin)
+                    if result.requests:
+                        result.cpu_us = (tree_cpu_seconds(pid) - before) / result.requests * 1e6
+                    return result
+                return run
+            ratio, cost = compare("100 queues, " + placement, drive(url, proc.pid),
+                                  drive(single.url, single.proc.pid), rounds, rows,
+                                  "gunicorn recipe", "one waitress process")
+            summary.append("gunicorn recipe / one waitress process, %s: requests/s %.2f, CPU per request "
+                           "(waitress / gunicorn) %s" % (placement, ratio, "%.2f" % cost if cost else "-"))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+            single.close()
     rows.append("")
 
 
