@@ -457,7 +457,7 @@ def _handle_signals() -> None:
 
 
 def _stop(signum: int, frame: Any) -> None:
-    raise SystemExit(0)  # waitress's run() closes its sockets and threads on the way out
+    raise SystemExit(0)  # before serving, nothing is in flight: stop now (while serving, _run stops gracefully)
 
 
 def _wake_all(signum: int, frame: Any) -> None:
