@@ -14,6 +14,7 @@ import argparse
 import collections
 import gzip
 import hashlib
+import http.client
 import io
 import ipaddress
 import json
@@ -85,6 +86,8 @@ ROUTES = {"/v2/topics": ("url_groups", "URL group"), "/v2/queues": ("queues", "q
           "/v2/keys": ("signing_keys", None)}
 #: A collection's path as requested, with or without one trailing slash -> its route's path.
 _PATHS = {path + slash: path for path in ROUTES for slash in ("", "/")}
+#: The health check's path: no token needed; it says which version of the data file is served (see health).
+HEALTH_PATH = "/healthz"
 ALLOWED = "GET, HEAD"
 #: Bodies shorter than this are not worth compressing.
 GZIP_MIN = 1024
@@ -113,8 +116,6 @@ MAX_QUERY_TOKENS = 16
 SHOWN_NAME = 100
 #: Lines the command line's access log holds before a request writes them itself.
 ACCESS_LOG_BACKLOG = 10000
-#: Seconds --record waits for each answer of the QStash API.
-RECORD_TIMEOUT = 10.0
 
 logger = logging.getLogger("qstash_lists")
 access_logger = logging.getLogger("qstash_lists.access")
@@ -182,6 +183,8 @@ SETTINGS: Dict[str, Setting] = {
     "stop_timeout": Setting("--stop-timeout", "QSTASH_LISTS_STOP_TIMEOUT", "10", _seconds,
                             "seconds the answers in flight may take to finish after SIGTERM or Ctrl-C"),
     "url": Setting(None, "QSTASH_URL", "https://qstash.upstash.io", _http_url, "the QStash API that --record reads"),
+    "record_timeout": Setting("--record-timeout", "QSTASH_LISTS_RECORD_TIMEOUT", "30", _seconds,
+                              "seconds --record may take to fetch the account, in all"),
     "host": Setting("--host", None, "127.0.0.1", str, "address to listen on"),
     "port": Setting("--port", None, "8080", _whole(0, 65535), "port; 0 picks a free one"),
     "threads": Setting("--threads", None, "8", _whole(1), "waitress worker threads"),
@@ -234,9 +237,12 @@ def create_app(source: store.DataFile[Snapshot], access_log: Union[bool, AccessL
         exc_info = why = None
         try:
             snapshot = source.current()
-            if snapshot is None:
+            if environ.get("PATH_INFO") == HEALTH_PATH:
+                status, headers, data = health(environ, source.status())
+            elif snapshot is None:
                 raise Unavailable()
-            status, headers, data = respond(environ, snapshot)
+            else:
+                status, headers, data = respond(environ, snapshot)
         except HTTPError as err:
             (status, headers, data), why = err.render(), err.why
         except Exception:
@@ -382,55 +388,86 @@ def _record(settings: Mapping[str, Any], signing_keys: bool) -> int:
     """--record: fetch the account of QSTASH_TOKEN from QSTASH_URL and write it to the data file.
 
     Fields the file format does not hold are left out (and named, never their values); the file
-    is checked as a served one would be and written whole, or left as it was.  Never prints the token.
+    is checked as a served one would be and written whole, or left as it was.  The fetching has
+    one deadline in all (--record-timeout), whatever the API does: a drip-fed or endless answer,
+    a slow name lookup, a loop of redirects.  Never prints the token.
     """
-    token, base, path = settings["token"], settings["url"], settings["data"]
+    token, base, path, timeout = settings["token"], settings["url"], settings["data"], settings["record_timeout"]
     if token is None:
         return _fail(["QSTASH_TOKEN is not set: --record reads the account whose token it is"])
-    dropped: Set[str] = set()
-    document: Dict[str, Any] = {}
+    asking: List[str] = []  # the request in flight, for the message if time runs out
+    outcome: List[Any] = []  # the document and the names left out, or the ConfigError
+
+    def download() -> None:
+        dropped: Set[str] = set()
+        document: Dict[str, Any] = {}
+        try:
+            for key, route in (("urlGroups", "/v2/topics"), ("queues", "/v2/queues")):
+                asking[:] = [route]
+                answer = _fetch(base, route, token, settings["max_size"], timeout)
+                if type(answer) is not list or not all(type(item) is dict for item in answer):
+                    raise ConfigError("%s%s: expected a JSON array of objects; is QSTASH_URL the QStash API?"
+                                      % (base, route))
+                document[key] = [_known(item, key, dropped) for item in answer]
+            if signing_keys:
+                asking[:] = ["/v2/keys"]
+                answer = _fetch(base, "/v2/keys", token, settings["max_size"], timeout)
+                document["signingKeys"] = {k: answer.get(k) for k in ("current", "next")} if type(answer) is dict \
+                    else {}
+            outcome.append((document, dropped))
+        except ConfigError as exc:
+            outcome.append(exc)
+
+    # A thread of its own, which the process leaves behind if time runs out: a socket timeout
+    # bounds each read, not a whole answer, and nothing bounds a name lookup.
+    worker = threading.Thread(target=download, name="qstash-lists --record", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        return _fail(["GET %s%s: no whole answer within %g s (--record-timeout, QSTASH_LISTS_RECORD_TIMEOUT); "
+                      "%s is unchanged" % (base, asking[0], timeout, path)])
+    if isinstance(outcome[0], ConfigError):
+        return _fail([str(outcome[0]) + "; %s is unchanged" % path])
+    document, dropped = outcome[0]
+    if dropped:
+        print("%s: left out what a data file does not hold: %s" % (path, ", ".join(sorted(dropped))), file=sys.stderr)
     try:
-        for key, route in (("urlGroups", "/v2/topics"), ("queues", "/v2/queues")):
-            answer = _fetch(base, route, token, settings["max_size"])
-            if type(answer) is not list or not all(type(item) is dict for item in answer):
-                raise ConfigError("%s%s: expected a JSON array of objects; is QSTASH_URL the QStash API?"
-                                  % (base, route))
-            document[key] = [_known(item, key, dropped) for item in answer]
-        if signing_keys:
-            answer = _fetch(base, "/v2/keys", token, settings["max_size"])
-            document["signingKeys"] = {k: answer.get(k) for k in ("current", "next")} if type(answer) is dict else {}
-        if dropped:
-            print("%s: left out what a data file does not hold: %s" % (path, ", ".join(sorted(dropped))),
-                  file=sys.stderr)
         loaded = store.record(path, document, token)
-    except ConfigError as exc:
-        return _fail([str(exc) + "; %s is unchanged" % path])
     except store.DataError as exc:
         return _fail(exc.faults + ["%s is unchanged" % path])
     print("%s: recorded %s from %s" % (path, loaded.summary(), base))
     return 0
 
 
-def _fetch(base: str, route: str, token: str, max_size: int) -> Any:
+def _fetch(base: str, route: str, token: str, max_size: int, timeout: float) -> Any:
     """GET ``route`` of the QStash API at ``base``: its JSON, or ConfigError saying what happened and what to do."""
     request = urllib.request.Request(base + route, headers={"Authorization": "Bearer " + token})
     where = "GET %s%s" % (base, route)
     try:
-        with urllib.request.urlopen(request, timeout=RECORD_TIMEOUT) as response:
+        with urllib.request.build_opener(_NoRedirects).open(request, timeout=timeout) as response:
             raw = response.read(max_size + 1)
     except urllib.error.HTTPError as exc:
         fix = "check QSTASH_TOKEN" if exc.code in (401, 403) else "try again later" if exc.code >= 500 else (
             "is QSTASH_URL the QStash API?")
+        if 300 <= exc.code < 400:  # the token goes to QSTASH_URL only, never on to where it points
+            fix = "not followed; is QSTASH_URL the QStash API? (%s)" % exc.headers.get("Location", "no Location")
         raise ConfigError("%s: answered %d %s; %s" % (where, exc.code, exc.reason, fix)) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise ConfigError("%s: no answer (%s); check QSTASH_URL and the network" % (where, reason)) from None
+    except http.client.HTTPException as exc:  # an answer cut short or malformed
+        raise ConfigError("%s: a broken answer (%s); try again later" % (where, type(exc).__name__)) from None
     if len(raw) > max_size:
         raise ConfigError("%s: the answer is over %s (--max-size)" % (where, store.megabytes(max_size)))
     try:
         return json.loads(raw)
     except ValueError:
         raise ConfigError("%s: the answer is not JSON; is QSTASH_URL the QStash API?" % where) from None
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any) -> None:
+        return None  # urllib would send the Authorization header on to any host: an error instead
 
 
 def _known(item: Dict[str, Any], kind: str, dropped: Set[str]) -> Dict[str, Any]:
@@ -550,10 +587,7 @@ class HTTPError(Exception):
 
     def render(self) -> Tuple[str, Headers, bytes]:
         """Return the status line, headers and body of this error."""
-        body = json.dumps({"error": self.message}, separators=(",", ":")).encode()
-        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
-                   ("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")] + self.headers
-        return "%d %s" % (self.status, self.status.phrase), headers, body
+        return _json_answer(self.status, {"error": self.message}, self.headers)
 
 
 class NotFound(HTTPError):
@@ -715,6 +749,34 @@ def respond(environ: WSGIEnvironment, snapshot: Snapshot) -> Tuple[str, Headers,
     if if_none_match and _matches(if_none_match, chosen.etag):
         return "304 Not Modified", list(chosen.not_modified), b""
     return "200 OK", list(chosen.headers), chosen.data
+
+
+def health(environ: WSGIEnvironment, status: store.Status) -> Tuple[str, Headers, bytes]:
+    """Answer the health check: 200 while a good version of the data file is in service, else 503.
+
+    The body says which version (the SHA-256 of the file's bytes: the same on every replica that
+    serves the same file), when it was loaded, and whether the last look at the file failed
+    (``stale``) and when: never a fault, a name or anything else from the file.
+    """
+    if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+        raise MethodNotAllowed()
+    ready = status.version is not None
+    document = {"status": "ok" if ready else "unavailable", "version": status.version,
+                "loadedAt": None if status.loaded_at is None else _utc(status.loaded_at),
+                "stale": status.failed_at is not None,
+                "failedAt": None if status.failed_at is None else _utc(status.failed_at)}
+    if ready:
+        return _json_answer(HTTPStatus.OK, document)
+    return _json_answer(HTTPStatus.SERVICE_UNAVAILABLE, document, [("Retry-After", "1")])
+
+
+def _json_answer(status: HTTPStatus, document: Any,
+                 headers: Sequence[Tuple[str, str]] = ()) -> Tuple[str, Headers, bytes]:
+    """An answer of its own (an error, the health check): compact JSON that no cache keeps."""
+    body = json.dumps(document, separators=(",", ":")).encode()
+    return "%d %s" % (status, status.phrase), [
+        ("Content-Type", "application/json"), ("Content-Length", str(len(body))), ("Cache-Control", "no-store"),
+        ("X-Content-Type-Options", "nosniff")] + list(headers), body
 
 
 def _item_path(environ: WSGIEnvironment, path_info: str) -> Tuple[str, str]:

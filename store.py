@@ -23,11 +23,27 @@ import weakref
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _json_string  # the json module's string escaper
 from operator import itemgetter
-from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequence, Set, Tuple, TypeVar, Union
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Generic,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    TypeVar,
+    Union,
+    cast,
+)
 from urllib.parse import urlsplit
 
-__all__ = ["Account", "DataError", "DataFile", "Endpoint", "FileChanging", "Queue", "Store", "TokenMissing",
-           "UrlGroup", "check_token", "encode", "load", "megabytes", "parse", "read", "record", "wake_all"]
+__all__ = ["Account", "DataError", "DataFile", "Endpoint", "FileChanging", "Queue", "Status", "Store",
+           "TokenMissing", "UrlGroup", "check_token", "encode", "load", "megabytes", "parse", "read", "record",
+           "wake_all"]
 
 logger = logging.getLogger("qstash_lists")
 
@@ -349,13 +365,25 @@ def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> Tuple[bytes, Signature]
     raise FileChanging(["%s: changed each time it was read (%d times); looking again later" % (path, READ_ATTEMPTS)])
 
 
+class Status(NamedTuple):
+    """What a DataFile serves, for a health check: nothing from the file but its digest."""
+
+    #: The SHA-256 of the bytes in service, as ``sha256sum FILE`` prints it (None: nothing good yet).
+    version: Optional[str] = None
+    #: When that version was put in service (a Unix time).
+    loaded_at: Optional[float] = None
+    #: When the last look at the file failed, None if it did not: the file on disk is not what is served.
+    failed_at: Optional[float] = None
+
+
 class DataFile(Generic[T]):
     """The last good snapshot of a data file that may change while it is served.
 
     A reloader thread looks at the file's signature every ``interval`` seconds and, when it
     changed, reads the file and builds a new snapshot with ``build(raw)`` aside, then puts it
     in service whole: requests only read :meth:`current` and never wait.  A version that
-    cannot be read or built (DataError) is logged once, and the last good snapshot stays.
+    cannot be read or built (DataError) is logged once, and the last good snapshot stays
+    (:meth:`status` says which version is in service, and whether the last look failed).
     :meth:`wake` asks for a look now, changed or not (SIGHUP); :meth:`close` stops the thread.
     Each process has its own reloader: a forked one starts it at the fork, or at its first
     :meth:`current` where no fork hook ran (uWSGI), and looks at once.  The first load is the
@@ -371,8 +399,8 @@ class DataFile(Generic[T]):
         self.interval = interval
         self.max_size = max_size
         self._build = build
-        #: The signature of the version last judged, and the snapshot in service: one owner, _load.
-        self._state: Tuple[Optional[Signature], Optional[T]] = (None, None)
+        #: The signature of the version last judged, the snapshot in service and its Status: one owner, _load.
+        self._state: Tuple[Optional[Signature], Optional[T], Status] = (None, None, Status())
         self._pid = 0  # the process whose reloader runs: none yet
         self._next_check = 0.0  # when current() next asks whether this is still that process
         self._starting: Dict[int, int] = {}  # pid -> the thread that starts that process's reloader
@@ -392,6 +420,10 @@ class DataFile(Generic[T]):
             if self._pid != os.getpid() and not self._closed:
                 self._start()
         return self._state[1]
+
+    def status(self) -> Status:
+        """Return which version is in service, since when, and when the last look failed (if it did)."""
+        return self._state[2]
 
     def wake(self) -> None:
         """Have the reloader look at the file now and reload it even if it looks unchanged."""
@@ -419,13 +451,15 @@ class DataFile(Generic[T]):
     def _load(self) -> Optional[DataError]:
         """Read and build the file; return its fault, if any.  Callers hold the lock (or are the constructor).
 
-        The signature judged and the snapshot in service change together, here only: nothing
-        pairs one version's signature with another's snapshot, nor does a process forked meanwhile.
+        The signature judged, the snapshot in service and its status change together, here only:
+        nothing pairs one version's signature with another's snapshot, nor does a process forked meanwhile.
         """
         signature = None
         try:
             raw, signature = read(self.path, self.max_size)
-            self._state = (signature, _without_gc(self._build, raw))
+            version = hashlib.sha256(raw).hexdigest()
+            snapshot = _without_gc(self._build, raw)
+            self._state = (signature, snapshot, Status(version, time.time()))
             return None
         except DataError as exc:
             fault = exc
@@ -434,7 +468,7 @@ class DataFile(Generic[T]):
             fault = DataError([])
         # A version that read() refused comes with its own signature; one that kept changing, or
         # could not be opened, with None: the next look at a file that is there reads it again.
-        self._state = (signature or fault.signature, self._state[1])
+        self._state = (signature or fault.signature, self._state[1], self._state[2]._replace(failed_at=time.time()))
         return fault
 
     def _report(self, fault: DataError) -> None:
@@ -580,30 +614,27 @@ class _Checker:
         return None if missing else value
 
     def integer(self, value: Any, where: str) -> Optional[int]:
-        """Return ``value`` if it is a non-negative integer a JavaScript client reads exactly."""
+        """Return ``value`` if it is whole (see _is_whole), else None and say why."""
+        if _is_whole(value):
+            return cast(int, value)
         if _is_long(value):
             self.fault(where, "integer too long (more than %d digits)" % MAX_DIGITS)
-            return None
-        if type(value) is not int or value < 0:
+        elif type(value) is not int or value < 0:
             self.fault(where, "expected a non-negative integer, got %s" % _show(value))
-            return None
-        if value > MAX_SAFE_INTEGER:
-            self.fault(where, "expected an integer no larger than %d (2**53 - 1), got %d"
-                       % (MAX_SAFE_INTEGER, value))
-            return None
-        return value
+        else:
+            self.fault(where, "expected an integer no larger than %d (2**53 - 1), got %d" % (MAX_SAFE_INTEGER, value))
+        return None
 
-    def name(self, value: Any, array: str, i: int, seen: Dict[str, int],
-             pattern: Optional["re.Pattern[str]"] = None) -> str:
+    def name(self, value: Any, array: str, i: int, seen: Dict[str, int], group: bool = False) -> str:
+        """Return the name ``value`` (see _is_text, _is_group_name), else say why; note it as seen."""
         where = "%s[%d].name" % (array, i)
         if type(value) is not str or not value:
             self.fault(where, "expected a non-empty string, got %s" % _show(value))
             return ""
-        if pattern is not None and not pattern.fullmatch(value):
-            self.fault(where, "expected only letters, digits, '_', '-' and '.', got %s" % _show(value))
-        elif not value.isprintable():
-            self.fault(where, "expected printable characters (no control characters, line breaks "
-                       "or lone surrogates), got %s" % _show(value))
+        if not (_is_group_name if group else _is_text)(value):
+            self.fault(where, "expected only letters, digits, '_', '-' and '.', got %s" % _show(value) if group else
+                       "expected printable characters (no control characters, line breaks or lone surrogates), "
+                       "got %s" % _show(value))
         if value in seen:
             self.fault(where, "duplicate name %s (also at %s[%d].name)" % (_show(value), array, seen[value]))
         else:
@@ -613,7 +644,7 @@ class _Checker:
     def times(self, value: Dict[str, Any], where: str) -> Tuple[Optional[int], Optional[int]]:
         created = self.integer(value["createdAt"], _at(where, "createdAt"))
         updated = self.integer(value["updatedAt"], _at(where, "updatedAt"))
-        if created is not None and updated is not None and updated < created:
+        if created is not None and updated is not None and not _are_times(created, updated):
             self.fault(_at(where, "updatedAt"),
                        "expected a time not before createdAt (%d), got %d" % (created, updated))
         return created, updated
@@ -672,7 +703,7 @@ class _Checker:
         if item is None:
             return None
         for key in ("current", "next"):
-            if type(item[key]) is not str or not item[key] or not item[key].isprintable():
+            if not _is_text(item[key]):
                 self.fault(_at(where, key), "expected a non-empty printable string")
         return item["current"], item["next"]
 
@@ -692,7 +723,7 @@ class _Checker:
         if item is None:
             return None
         created, updated = self.times(item, where)
-        name = self.name(item["name"], array, i, seen, _GROUP_NAME)
+        name = self.name(item["name"], array, i, seen, group=True)
         endpoints = self.each(item["endpoints"], _at(where, "endpoints"), self.endpoint, {})
         if created is None or updated is None:
             return None  # the fault is noted; the whole document will be refused
@@ -744,9 +775,7 @@ def _quick_groups(values: Any, seen: Dict[str, int]) -> Optional[Tuple[UrlGroup,
             created, updated, name, endpoints = _GROUP_FIELDS(value)
         except KeyError:
             return None
-        if not (len(value) == 4 and type(created) is type(updated) is int
-                and 0 <= created <= updated <= MAX_SAFE_INTEGER
-                and type(name) is str and _GROUP_NAME.fullmatch(name) and name not in seen):
+        if not (len(value) == 4 and _are_times(created, updated) and _is_group_name(name) and name not in seen):
             return None
         built = _quick_endpoints(endpoints)
         if built is None:
@@ -764,9 +793,9 @@ def _quick_endpoints(values: Any) -> Optional[Tuple[Endpoint, ...]]:
     for value in values:
         if type(value) is not dict or len(value) != 1 + ("name" in value) or not _is_http_url(value.get("url")):
             return None
-        name = value.get("name")
+        name: Any = value.get("name")
         if name is not None or "name" in value:
-            if not (type(name) is str and name and name.isprintable() and name not in named):
+            if not (_is_text(name) and name not in named):
                 return None
             named.add(name)
         endpoints.append(Endpoint(value["url"], name))
@@ -785,16 +814,36 @@ def _quick_queues(values: Any, seen: Dict[str, int]) -> Optional[Tuple[Queue, ..
         except KeyError:
             return None
         paused = value.get("paused", False)
-        if not (len(value) == 5 + ("paused" in value)
-                and type(created) is type(updated) is type(parallelism) is type(lag) is int
-                and 0 <= created <= updated <= MAX_SAFE_INTEGER
-                and 0 <= parallelism <= MAX_SAFE_INTEGER and 0 <= lag <= MAX_SAFE_INTEGER
-                and type(name) is str and name and name.isprintable() and name not in seen
-                and type(paused) is bool):
+        if not (len(value) == 5 + ("paused" in value) and _are_times(created, updated) and _is_whole(parallelism)
+                and _is_whole(lag) and _is_text(name) and name not in seen and type(paused) is bool):
             return None
         seen[name] = i
         queues.append(Queue(created, updated, name, parallelism, lag, paused))
     return tuple(queues)
+
+
+# The rules, each written once: the short ways and the checker both judge a value by these, and
+# the checker only goes on to say why one fails.
+
+
+def _is_whole(value: Any) -> bool:
+    """A JSON integer (not true, not 1.0) from 0 to 2**53 - 1: what a JavaScript client reads exactly."""
+    return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER
+
+
+def _are_times(created: Any, updated: Any) -> bool:
+    """createdAt and updatedAt: whole numbers, and updatedAt not before createdAt."""
+    return _is_whole(created) and _is_whole(updated) and created <= updated
+
+
+def _is_text(value: Any) -> bool:
+    """A queue's or an endpoint's name, a signing key: a non-empty string of printable characters."""
+    return type(value) is str and value != "" and value.isprintable()
+
+
+def _is_group_name(value: Any) -> bool:
+    """A URL group's name: letters, digits, '_', '-' and '.' only (QStash's rule)."""
+    return type(value) is str and _GROUP_NAME.fullmatch(value) is not None
 
 
 def _at(where: str, key: str) -> str:

@@ -155,6 +155,9 @@ AUTH_CASES = [
                    for i in range(16)]), 200, None),  # 16 are read
     ({}, "qstash_tokens=token-a&qstash_token_=token-a", 401, False),  # other names
     ({}, "&".join(["qstash%%5ftoken%s=token-a" % ("x" * i) for i in range(17)]), 401, True),  # 17 escaped names
+    ({}, "&".join(["qstash%%5ftoken%s=token-a" % ("x" * i) for i in range(16)]), 200, None),  # 16 are read
+    ({}, "&".join(["qstash%%5ftoken%s=token-x" % ("x" * i) for i in range(16)]), 401, True),  # and judged
+    ({}, "%71stash_token=token-a", 200, None),  # the shortest escaped spelling: 14 characters
 ]
 
 

@@ -287,3 +287,32 @@ def test_revalidation_keeps_the_connection_to_nginx(tmp_path: Path) -> None:
             assert response.status == 304 and not response.will_close
             assert conn.sock is sock  # the same connection: http.client would have opened another
         conn.close()
+
+
+def test_the_health_check_is_never_rate_limited_and_skips_a_replica_that_is_not_ready(tmp_path: Path) -> None:
+    """Hundreds of health checks a second from one address pass, where the API's own requests get
+    429 past their burst; a replica with nothing good to serve (503) is passed over for a ready one."""
+    import hashlib
+    import json
+
+    data = write_json(tmp_path / "data.json", accounts_document())
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    ports = [free_port(), free_port()]
+    starting = [sys.executable, "-m", "waitress", "--listen=127.0.0.1:%d" % ports[1], "--call", "app:make_app"]
+    with replica(data, ports[0]), started(starting, {"QSTASH_LISTS_DATA": str(broken)}) as not_ready, \
+            nginx(tmp_path, ports) as port:
+        eventually(lambda: _connects(ports[1]))
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        statuses = []
+        for path in ["/healthz"] * 400 + ["/v2/queues"] * 400:
+            conn.request("GET", path, headers={"Authorization": "Bearer " + TOKEN_A})
+            response = conn.getresponse()
+            body = response.read()
+            statuses.append((path, response.status))
+            if path == "/healthz" and response.status == 200:
+                assert json.loads(body)["version"] == hashlib.sha256(data.read_bytes()).hexdigest()
+        conn.close()
+        assert statuses[:400] == [("/healthz", 200)] * 400  # the not-ready replica's 503s passed over
+        assert ("/v2/queues", 429) in statuses[400:]  # the limit is on
+        assert not_ready.poll() is None

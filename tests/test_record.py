@@ -32,6 +32,7 @@ class Fake(http.server.ThreadingHTTPServer):
     answers: Dict[str, Answer]
     delay: float = 0.0
     seen: List[Tuple[str, Optional[str]]]
+    misbehave: Optional[str] = None  # "drip", "endless" or "redirect": see Handler
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -40,12 +41,46 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         self.server.seen.append((self.path, self.headers.get("Authorization")))
         time.sleep(self.server.delay)
+        if self.server.misbehave is not None:
+            try:
+                self.misbehave(self.server.misbehave)
+            except OSError:  # the client gave up
+                pass
+            return
         status, kind, body = self.server.answers.get(self.path, (404, "application/json", b'{"error":"no"}'))
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def misbehave(self, how: str) -> None:
+        """A whole valid answer a byte every 0.3 s ("drip"), an array that never ends ("endless"),
+        or a redirect to itself ("redirect")."""
+        if how == "redirect":
+            self.send_response(302)
+            self.send_header("Location", self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        body = self.server.answers[self.path][2]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if how == "drip":
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.flush()
+        if how == "drip":
+            for byte in body:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.3)
+            return
+        self.wfile.write(b"[")
+        while True:  # never more than --max-size in the time given, and never the end
+            self.wfile.write(json.dumps(ALPHA_QUEUE).encode() + b",")
+            self.wfile.flush()
+            time.sleep(0.01)
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -142,17 +177,45 @@ def test_each_failure_is_one_line_and_leaves_the_file(fake: Fake, tmp_path: Path
     assert [p.name for p in tmp_path.iterdir()] == ["data.json"]  # no temporary file left behind
 
 
-def test_a_slow_answer_times_out(fake: Fake, tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
-    fake.delay = 1.0
-    monkeypatch.setattr(service, "RECORD_TIMEOUT", 0.2)
+@pytest.mark.parametrize("how", ["drip", "endless", "silent"])
+def test_record_ends_within_its_deadline_whatever_the_api_does(fake: Fake, tmp_path: Path, how: str) -> None:
+    """A socket timeout bounds each read, not a whole answer: a drip-fed one (a byte every 0.3 s,
+    each read well within any timeout) or one that never ends kept --record running for minutes."""
+    if how == "silent":
+        fake.delay = 30.0
+    else:
+        fake.misbehave = how
     path = tmp_path / "data.json"
     path.write_bytes(BEFORE)
     url = "http://127.0.0.1:%d" % fake.server_address[1]
-    assert service.main(["--record", "--data", str(path)], {"QSTASH_URL": url, "QSTASH_TOKEN": TOKEN_A}) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("GET %s/v2/topics: no answer (" % url)
-    assert err.endswith("); check QSTASH_URL and the network; %s is unchanged\n" % path)
+    started = time.monotonic()
+    code, out, err = run(["--record", "--data", str(path)], env={
+        "QSTASH_URL": url, "QSTASH_TOKEN": TOKEN_A, "QSTASH_LISTS_RECORD_TIMEOUT": "2"})
+    took = time.monotonic() - started
+    assert (code, out) == (2, "")
+    assert err == ("GET %s/v2/topics: no whole answer within 2 s (--record-timeout, QSTASH_LISTS_RECORD_TIMEOUT); "
+                   "%s is unchanged\n" % (url, path))
+    assert took < 2 + 2, took
     assert path.read_bytes() == BEFORE
+    assert [p.name for p in tmp_path.iterdir()] == ["data.json"]
+
+
+def test_a_redirect_is_not_followed_with_the_token(fake: Fake, tmp_path: Path) -> None:
+    """urllib would send the Authorization header on to wherever a redirect points (and loop)."""
+    fake.misbehave = "redirect"
+    path = tmp_path / "data.json"
+    path.write_bytes(BEFORE)
+    code, out, err = record(fake, path)
+    url = "http://127.0.0.1:%d" % fake.server_address[1]
+    assert (code, out) == (2, "")
+    assert err == ("GET %s/v2/topics: answered 302 Found; not followed; is QSTASH_URL the QStash API? (/v2/topics); "
+                   "%s is unchanged\n" % (url, path))
+    assert len(fake.seen) == 1 and path.read_bytes() == BEFORE
+
+
+def test_the_deadline_is_a_setting(tmp_path: Path) -> None:
+    code, _, err = run(["--record", "--record-timeout", "0"], env={"QSTASH_TOKEN": TOKEN_A})
+    assert (code, err) == (2, "--record-timeout: expected a number of seconds from 0.01 to 3600\n")
 
 
 def test_a_refused_connection_and_a_missing_token(tmp_path: Path) -> None:

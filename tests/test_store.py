@@ -341,3 +341,53 @@ def test_an_item_is_found_by_its_name() -> None:
     assert account.item("queues", "r") is account.queues[1]
     assert account.item("url_groups", "g") is account.url_groups[0]
     assert account.item("queues", "g") is None and account.item("url_groups", "q") is None
+
+
+MAX = 2**53 - 1
+# Each limit at its exact edge, on either side: (what to change, the value, whether it is allowed).
+EDGES = [(("queues", field), value, ok) for field in ("parallelism", "lag")
+         for value, ok in ((0, True), (-1, False), (MAX, True), (MAX + 1, False), (True, False), (1.0, False),
+                           (10**20 - 1, False), (10**20, False))]
+EDGES += [(("queues", "times"), (created, updated), ok) for created, updated, ok in (
+    (0, 0, True), (MAX, MAX, True), (MAX, MAX + 1, False), (5, 4, False), (4, 5, True), (-1, 0, False))]
+EDGES += [(("urlGroups", "times"), (created, updated), ok) for created, updated, ok in (
+    (0, 0, True), (MAX, MAX, True), (MAX + 1, MAX + 1, False), (5, 4, False))]
+EDGES += [(("queues", "name"), value, ok) for value, ok in (
+    ("a", True), ("", False), (" ", True), ("a\x7f", False), ("\u2028", False), ("名", True), (1, False))]
+EDGES += [(("endpoints", "name"), value, ok) for value, ok in (
+    ("a", True), ("", False), ("a\nb", False), ("é", True), (None, False))]
+EDGES += [(("urlGroups", "name"), value, ok) for value, ok in (
+    ("a-._Z9", True), ("", False), ("a b", False), ("é", False), ("a/b", False), ("a\n", False))]
+
+
+def _with(where: Any, value: Any) -> Any:
+    """A one-account document whose first queue or URL group (or endpoint) has ``value`` at ``where``."""
+    kind, field = where
+    if kind == "endpoints":
+        group = dict(G, endpoints=[{"url": "https://a.example/", "name": value}])
+        return {"urlGroups": [group]}
+    item = dict(Q if kind == "queues" else G)
+    if field == "times":
+        item.update(createdAt=value[0], updatedAt=value[1])
+    else:
+        item[field] = value
+    return {kind: [item]}
+
+
+@pytest.mark.parametrize("where, value, ok", EDGES)
+def test_each_limit_at_its_edge_is_judged_alike_by_the_short_way_and_the_checker(where: Any, value: Any,
+                                                                                   ok: bool) -> None:
+    """The short way alone, then the checker alone (a fault in another element of the same array
+    sends the whole array through it): the same verdict, and the one the rule gives."""
+    document = _with(where, value)
+    kind = "queues" if where[0] == "queues" else "urlGroups"
+    quick = store._quick_queues if kind == "queues" else store._quick_groups
+    assert (quick(document[kind], {}) is not None) == ok
+    other = dict(Q if kind == "queues" else G, name="other", createdAt=-7)
+    slow = dict(document, **{kind: document[kind] + [other]})
+    found = [line for line in faults(slow) if "[1]" not in line]
+    assert (found == []) == ok, found
+    if ok:
+        assert store.parse(json.dumps(document).encode(), "data.json", "t").accounts[0]
+    else:
+        assert faults(document) == found  # and the same message, whichever way it came
