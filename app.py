@@ -105,6 +105,11 @@ WAITRESS_SETTINGS: Dict[str, Any] = {
     "max_request_header_size": 16 * 1024,  # answered with 431 above this
     "max_request_body_size": 64 * 1024,  # the API takes no request bodies
 }
+#: The servers whose wsgi.file_wrapper keeps a body by reference until the client has read it
+#: (waitress: no copy, no worker parked), by the module of the wrapper.  Other servers read a
+#: wrapped BytesIO back in small blocks (uWSGI 4 KB, gunicorn 8 KB, a write each), so they get
+#: the bytes whole, in one write (tests/benchmark.py --only servers-table measures both).
+BY_REFERENCE = ("waitress.",)
 #: At most this many fields of a query are written to the access log.
 LOGGED_QUERY_FIELDS = 8
 #: Query parameters whose values may be logged: none, since the API takes no parameters and
@@ -263,7 +268,7 @@ def create_app(source: store.DataFile[Snapshot], access_log: Union[bool, AccessL
         if not data:
             return []
         file_wrapper = environ.get("wsgi.file_wrapper")
-        if file_wrapper is None:
+        if file_wrapper is None or not str(getattr(file_wrapper, "__module__", "")).startswith(BY_REFERENCE):
             return [data]
         # By reference: what waits for a slow reader is the snapshot's bytes (BytesIO shares them), not a copy.
         wrapped: Iterable[bytes] = file_wrapper(io.BytesIO(data))

@@ -150,7 +150,9 @@ def load(url: str, headers: Dict[str, str], seconds: float, connections: int, pi
 
 
 def _wrk(url: str, headers: Dict[str, str], seconds: float, connections: int, pin: bool = True,
-         refused: bool = False) -> Result:
+         refused: bool = False, closing: bool = False) -> Result:
+    """wrk's figures; with ``closing``, a server may close each connection after an answer without
+    saying so (uWSGI's router): wrk counts that as a read error, opens another, and goes on."""
     args = (LOAD_CPU if pin else []) + ["wrk", "-t1", "-c%d" % connections, "-d%ds" % max(1, round(seconds)),
                                         "--latency", "--timeout", "10s"]
     for name, value in headers.items():
@@ -158,7 +160,9 @@ def _wrk(url: str, headers: Dict[str, str], seconds: float, connections: int, pi
     out = subprocess.run(args + [url], capture_output=True, text=True, timeout=seconds + 30).stdout
     requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    if "Socket errors" in out or (int(errors.group(1)) if errors else 0) != (requests if refused else 0):
+    sockets = re.search(r"Socket errors: connect (\d+), read \d+, write (\d+), timeout (\d+)", out)
+    if (sockets and (not closing or sockets.groups() != ("0", "0", "0"))) or \
+            (int(errors.group(1)) if errors else 0) != (requests if refused else 0):
         raise SystemExit("wrk saw unexpected answers:\n" + out)
 
     def latency(percent: str) -> float:
@@ -279,8 +283,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="queues in the file timed against json.load (0: skip)")
     parser.add_argument("--item-queues", type=int, default=100000,
                         help="queues in the file for the per-item body memory (0: skip items)")
-    parser.add_argument("--only", choices=["servers", "items", "load", "accounts", "reload", "check", "junk",
-                                           "hostile", "gunicorn"],
+    parser.add_argument("--only", choices=["table", "servers", "items", "load", "accounts", "reload", "check",
+                                           "junk", "hostile", "gunicorn"],
                         help="run only this part")
     parser.add_argument("--reloads", type=int, default=7, help="reloads timed for each kind (default: 7)")
     parser.add_argument("--serve-baseline", metavar="RESPONSE", help=argparse.SUPPRESS)
@@ -318,6 +322,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             hostile_rows(tmp, first, summary)
         if args.only in (None, "gunicorn"):
             gunicorn_rows(tmp, args.rounds, args.seconds, args.connections, first, summary)
+        if args.only in (None, "table"):
+            table_rows(tmp, args.sizes, args.rounds, args.seconds, args.connections, first, summary)
         for size in args.sizes if args.only in (None, "servers") else []:
             data = write_data(tmp, size)
             svc = service(data, args.threads)
@@ -640,6 +646,147 @@ def gunicorn_rows(tmp: Path, rounds: int, seconds: float, connections: int, rows
             proc.wait(timeout=30)
             single.close()
     rows.append("")
+
+
+#: The table's rows: each documented way to serve (docs/deploying.md's command lines, as the tests
+#: run them), and nginx serving the same bytes as a static file: this machine's limit.
+TABLE = [
+    ("`python app.py` (waitress, access log on)", None),
+    ("`waitress-serve` (docs/deploying.md)", "waitress-serve"),
+    ("gunicorn gthread, 2 workers × 4 threads (docs/deploying.md)", "gunicorn"),
+    ("uWSGI `--http` router, 2 processes (the line the docs gave before)", "former uwsgi"),
+    ("**uWSGI `--http11-socket`, 2 processes × 32 threads (docs/deploying.md: the throughput recipe)**",
+     "uwsgi"),
+    ("nginx, the same bytes as a static file (the ceiling)", "nginx"),
+]
+#: The uWSGI line docs/deploying.md gave before the throughput recipe, for comparison.
+FORMER_UWSGI = ("uwsgi --http 127.0.0.1:8080 --master --processes 2 --enable-threads --die-on-term --need-app "
+                "--module app:make_app()")
+STATIC = """daemon off;
+worker_processes 1;
+pid {tmp}/nginx.pid;
+error_log {tmp}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    sendfile off;                 # on loopback, a copy from nginx's buffer beats sendfile(2)
+    output_buffers 1 2m;
+    open_file_cache max=16;
+    keepalive_requests 1000000;
+    client_body_temp_path {tmp}/body;
+    proxy_temp_path {tmp}/proxy;
+    fastcgi_temp_path {tmp}/fastcgi;
+    uwsgi_temp_path {tmp}/uwsgi;
+    scgi_temp_path {tmp}/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        root {tmp}/static;
+        default_type application/json;
+    }}
+}}
+"""
+
+
+def documented(program: str, port: int) -> List[str]:
+    """docs/deploying.md's ``QSTASH_TOKEN=... program ...`` line, on ``port``, runnable from this venv."""
+    import shlex
+
+    if program == "former uwsgi":
+        line = FORMER_UWSGI
+    else:
+        match = re.search(r"^QSTASH_TOKEN=\.\.\. (%s .*)$" % re.escape(program), (ROOT / "docs" / "deploying.md")
+                          .read_text(), re.M)
+        assert match, "no %r line in docs/deploying.md" % program
+        line = match.group(1)
+    args = shlex.split(re.sub(r"127\.0\.0\.1:80\d\d", "127.0.0.1:%d" % port, line))
+    if args[0] == "uwsgi":
+        return [str(Path(sys.executable).parent / "uwsgi")] + args[1:]
+    return [sys.executable, "-m", "waitress" if args[0] == "waitress-serve" else args[0]] + args[1:]
+
+
+def start_server(program: Optional[str], data: Path, body: Optional[bytes], tmp: Path) -> Tuple[Any, str]:
+    """Start one of TABLE's servers on core 0 (``python app.py`` for None); return its process and
+    URL once it answers (``body``, where given: the nginx ceiling serves those bytes)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = dict(os.environ, QSTASH_TOKEN=TOKEN, QSTASH_LISTS_DATA=str(data), PYTHONPATH=str(ROOT))
+    if program is None:
+        command = [sys.executable, "app.py", "--port", str(port), "--data", str(data)]
+    elif program == "nginx":
+        static = tmp / "nginx"
+        (static / "static" / "v2").mkdir(parents=True, exist_ok=True)
+        (static / "static" / "v2" / "queues").write_bytes(body or b"")
+        for folder in (tmp, static, static / "static", static / "static" / "v2"):
+            folder.chmod(0o755)  # nginx's worker may run as another user
+        (static / "nginx.conf").write_text(STATIC.format(tmp=static, port=port))
+        command = [shutil.which("nginx") or "/usr/sbin/nginx", "-p", str(static), "-c", str(static / "nginx.conf")]
+    else:
+        command = documented(program, port)
+    proc = subprocess.Popen(SERVER_CPU + command, env=env, cwd=str(ROOT), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    url = "http://127.0.0.1:%d" % port
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            status, _, answer = fetch(url + "/v2/queues", AUTH)
+            if status == 200 and body in (None, answer):
+                return proc, url
+        except OSError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise SystemExit("%s did not start" % (program or "python app.py"))
+        time.sleep(0.1)
+
+
+def table_rows(tmp: Path, sizes: List[int], rounds: int, seconds: float, connections: int, rows: List[str],
+               summary: List[str]) -> None:
+    """Every documented server and the nginx ceiling, each round measuring all of them in a rotating
+    order: requests/s and CPU per request over each process tree, as ratios to python app.py and to
+    the ceiling in the same round."""
+    if not shutil.which("wrk") or not (shutil.which("nginx") or os.path.exists("/usr/sbin/nginx")):
+        summary.append("server table: skipped (needs wrk and nginx)")
+        return
+    for size in sizes:
+        data = write_data(tmp, size)
+        servers: List[Tuple[str, Any, str]] = []
+        try:
+            body: Optional[bytes] = None  # python app.py's answer, which every other row must give
+            for name, program in TABLE:
+                proc, url = start_server(program, data, body, tmp)
+                body = body or fetch(url + "/v2/queues", AUTH)[2]
+                servers.append((name, proc, url))
+            results: List[List[Result]] = [[] for _ in servers]
+            for i in range(rounds):
+                order = list(range(len(servers)))
+                order = order[i % len(order):] + order[:i % len(order)]
+                for j in order:
+                    _, proc, url = servers[j]
+                    before = tree_cpu_seconds(proc.pid)
+                    result = _wrk(url + "/v2/queues", AUTH, seconds, connections, closing=True)
+                    result.cpu_us = (tree_cpu_seconds(proc.pid) - before) / max(1, result.requests) * 1e6
+                    results[j].append(result)
+        finally:
+            for _, proc, _ in servers:
+                proc.terminate()
+                proc.wait(timeout=30)
+        rows.append("| %d queues (%d bytes), %d rounds | requests/s | server CPU µs/request | requests/s ÷ "
+                    "python app.py | CPU/request ÷ python app.py | requests/s ÷ ceiling |" % (size, len(body or b""),
+                                                                                                rounds))
+        rows.append("|---|---|---|---|---|---|")
+        for (name, _, _), mine in zip(servers, results):
+            speed = statistics.median(a.rps / b.rps for a, b in zip(mine, results[0]))
+            cost = statistics.median((a.cpu_us or 0) / (b.cpu_us or 1) for a, b in zip(mine, results[0]))
+            ceiling = statistics.median(a.rps / b.rps for a, b in zip(mine, results[-1]))
+            rows.append("| %s | %.0f | %.1f | %.2f | %.2f | %.2f |" % (
+                name, statistics.median(r.rps for r in mine), statistics.median(r.cpu_us or 0 for r in mine),
+                speed, cost, ceiling))
+            summary.append("%d queues, %s: requests/s %.2f of python app.py's, CPU per request %.2f of its, "
+                           "%.2f of the ceiling" % (size, name, speed, cost, ceiling))
+        rows.append("")
 
 
 def reload_rows(tmp: Path, reloads: int, rows: List[str], summary: List[str]) -> None:

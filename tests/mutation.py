@@ -88,12 +88,13 @@ MUTANTS: List[Mutant] = [
     # HEAD and methods
     M("head", "app.py", 'if environ.get("REQUEST_METHOD") == "HEAD":\n            data = b""',
       'if environ.get("REQUEST_METHOD") == "HEADX":\n            data = b""'),
-    M("head", "app.py", 'not in ("GET", "HEAD"):', 'not in ("GET", "HEAD", "POST"):'),
+    M("head", "app.py", 'not in ("GET", "HEAD"):\n        raise MethodNotAllowed()\n    account',
+      'not in ("GET", "HEAD", "POST"):\n        raise MethodNotAllowed()\n    account'),
     # reload
     M("reload", "store.py", "if not force and _stat(self.path) == self._state[0]:",
       "if _stat(self.path) == self._state[0]:"),
-    M("reload", "store.py", "self._state = (signature or fault.signature, self._state[1])",
-      "self._state = (_stat(self.path), self._state[1])"),
+    M("reload", "store.py", "self._state = (signature or fault.signature, self._state[1],",
+      "self._state = (_stat(self.path), self._state[1],"),
     M("reload", "store.py", "raw, signature = read(self.path, self.max_size)\n",
       "raw, signature = read(self.path, self.max_size)\n            self._state = (signature, self._state[1])\n"),
     M("reload", "store.py", "            _gc_pausers.discard(me)\n            gc.enable()",
@@ -156,15 +157,17 @@ MUTANTS: List[Mutant] = [
     M("validation", "store.py", 'or len(value) != 1 + ("name" in value) or', "or"),
     M("validation", "store.py", "(type(value) is int and not -_TOO_LONG < value < _TOO_LONG)", "False"),
     M("validation", "store.py", "        seen.clear()\n        return self.each(", "        return self.each("),
-    # the health check and --record's deadline
+    # the health check, --record's deadline, the file wrapper only where it keeps a reference
+    M("wrapper", "app.py", 'or not str(getattr(file_wrapper, "__module__", "")).startswith(BY_REFERENCE):', ":"),
+    M("wrapper", "app.py", 'BY_REFERENCE = ("waitress.",)', 'BY_REFERENCE = ("",)'),
     M("health", "store.py", "self._state[2]._replace(failed_at=time.time())", "self._state[2]",
       ("tests/test_health.py",)),
     M("health", "store.py", "version = hashlib.sha256(raw).hexdigest()", "version = hashlib.sha1(raw).hexdigest()",
       ("tests/test_health.py",)),
     M("health", "app.py", 'return _json_answer(HTTPStatus.SERVICE_UNAVAILABLE, document, [("Retry-After", "1")])',
       "return _json_answer(HTTPStatus.OK, document)", ("tests/test_health.py",)),
-    M("health", "app.py", '    if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):\n        raise MethodNotAllowed()\n'
-      "    ready", "    ready", ("tests/test_health.py",)),
+    M("health", "app.py", '    if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):\n'
+      "        raise MethodNotAllowed()\n    ready", "    ready", ("tests/test_health.py",)),
     M("record", "app.py", "    worker.join(timeout)\n", "    worker.join()\n", ("tests/test_record.py",)),
     M("record", "app.py", "return None  # urllib would send", "return super().redirect_request(*args)  #",
       ("tests/test_record.py",)),
@@ -206,7 +209,7 @@ MUTANTS: List[Mutant] = [
     # signals
     M("signals", "app.py", "        _handle_signals()  # before the first load",
       "        pass  # before the first load", tuple(SERVER)),
-    M("signals", "app.py", "raise SystemExit(0)  # waitress's run()", "raise KeyboardInterrupt  # waitress's run()",
+    M("signals", "app.py", "raise SystemExit(0)  # before serving", "raise KeyboardInterrupt  # before serving",
       tuple(SERVER)),
     M("signals", "app.py", "        signal.signal(signal.SIGHUP, _wake_all)\n\n\ndef _stop",
       "        pass\n\n\ndef _stop", tuple(SERVER)),

@@ -1,6 +1,7 @@
 """The HTTP contract, through the WSGI callable (no socket)."""
 
 import hashlib
+import json
 import logging
 import re
 from typing import Any
@@ -363,7 +364,7 @@ def test_small_bodies_are_not_compressed(big_app: Any) -> None:
     assert response.json() == [dict(BETA_QUEUE, paused=False)]
 
 
-def test_bodies_go_through_the_file_wrapper_by_reference(big_app: Any) -> None:
+def test_bodies_go_through_waitress_file_wrapper_by_reference(big_app: Any) -> None:
     from wsgiref.util import FileWrapper
 
     used = []
@@ -372,6 +373,8 @@ def test_bodies_go_through_the_file_wrapper_by_reference(big_app: Any) -> None:
         used.append(file.__sizeof__())  # a BytesIO that shares the snapshot's bytes owns no copy of them
         return FileWrapper(file, block_size)
 
+    wrapper.__module__ = "waitress.buffers"  # where waitress's own is: one that keeps a body by reference
+
     big = call(big_app, headers=bearer(TOKEN_A), **{"wsgi.file_wrapper": wrapper})  # type: ignore[arg-type]
     assert len(used) == 1 and len(big.json()) == 2000
     small = call(big_app, headers=bearer(TOKEN_B), **{"wsgi.file_wrapper": wrapper})  # type: ignore[arg-type]
@@ -379,6 +382,30 @@ def test_bodies_go_through_the_file_wrapper_by_reference(big_app: Any) -> None:
     assert used[0] < 1000 < len(big.body)
     head = call(big_app, method="HEAD", headers=bearer(TOKEN_A), **{"wsgi.file_wrapper": wrapper})  # type: ignore
     assert len(used) == 2 and head.body == b""  # no body, no wrapper
+
+
+class _Other:
+    """Another server's file wrapper, which reads a file back in small blocks (uWSGI's has no module)."""
+
+    def __init__(self, module: Any) -> None:
+        self.__module__ = module
+        self.used = 0
+
+    def __call__(self, file: Any, block_size: int = 8192) -> Any:
+        self.used += 1
+        raise AssertionError("the body went through another server's file wrapper")
+
+
+@pytest.mark.parametrize("module", [None, "gunicorn.http.wsgi", "wsgiref.util", "waitressx"])
+def test_other_servers_get_the_body_whole_in_one_piece(big_app: Any, module: Any) -> None:
+    """uWSGI reads a wrapped BytesIO back 4 KB at a time, gunicorn 8 KB, a write each: one write instead."""
+    from wsgiref.util import setup_testing_defaults
+
+    other = _Other(module)
+    environ = {"PATH_INFO": "/v2/queues", "HTTP_AUTHORIZATION": "Bearer " + TOKEN_A, "wsgi.file_wrapper": other}
+    setup_testing_defaults(environ)
+    body = big_app(environ, lambda status, headers, exc_info=None: None)  # the iterable itself, unwrapped
+    assert type(body) is list and len(body) == 1 and len(json.loads(body[0])) == 2000 and other.used == 0
 
 
 @pytest.mark.parametrize("headers, query, why", [

@@ -168,11 +168,11 @@ def wait_until_answered(port: int, timeout: float = 30) -> None:
 
 def deploy_command(program: str, port: int = 8080) -> List[str]:
     """docs/deploying.md's command line ``QSTASH_TOKEN=... program ...``, listening on
-    127.0.0.1:``port`` instead of 8080."""
+    127.0.0.1:``port`` instead of the 8080 (or 8081) it shows."""
     text = (ROOT / "docs" / "deploying.md").read_text()
     match = re.search(r"^QSTASH_TOKEN=\.\.\. (%s .*)$" % re.escape(program), text, re.M)
     assert match, program
-    return shlex.split(match.group(1).replace("127.0.0.1:8080", "127.0.0.1:%d" % port))
+    return shlex.split(re.sub(r"127\.0\.0\.1:80\d\d\b", "127.0.0.1:%d" % port, match.group(1)))
 
 
 def test_gunicorn_keeps_serving_when_a_worker_restarts_while_the_file_is_bad(tmp_path: Path) -> None:

@@ -83,6 +83,7 @@ def nginx(tmp_path: Path, replicas: List[int]) -> Iterator[int]:
     """nginx with the documented file, its ports changed to this test's: yields nginx's port."""
     port = free_port()
     text = CONF.read_text().replace("listen 80;", "listen 127.0.0.1:%d;" % port)
+    text = text.replace("/var/log/nginx/qstash-lists.log", str(tmp_path / "access.log"))
     upstreams = ["    server 127.0.0.1:%d max_fails=0;\n" % p for p in replicas]
     text = text.replace("    server 127.0.0.1:8081 max_fails=0;\n    server 127.0.0.1:8082 max_fails=0;\n",
                         "".join(upstreams))
@@ -316,3 +317,15 @@ def test_the_health_check_is_never_rate_limited_and_skips_a_replica_that_is_not_
         assert statuses[:400] == [("/healthz", 200)] * 400  # the not-ready replica's 503s passed over
         assert ("/v2/queues", 429) in statuses[400:]  # the limit is on
         assert not_ready.poll() is None
+
+
+def test_the_access_log_shows_no_query(tmp_path: Path) -> None:
+    """nginx's own format would log the request line whole, with any qstash_token in it."""
+    data = write_json(tmp_path / "data.json", accounts_document())
+    backend = free_port()
+    with replica(data, backend), nginx(tmp_path, [backend]) as port:
+        status, _, _ = get(port, "/v2/queues/emails?qstash_token=" + TOKEN_A + "&x=1")
+        assert status == 200
+        eventually(lambda: (tmp_path / "access.log").exists() and (tmp_path / "access.log").read_text())
+    [line] = (tmp_path / "access.log").read_text().splitlines()
+    assert '"GET /v2/queues/emails" 200 ' in line and TOKEN_A not in line and "?" not in line

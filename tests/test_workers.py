@@ -6,6 +6,7 @@ C, where Python's fork hooks do not run).  The servers run in subprocesses on lo
 import os
 import shutil
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any, Dict, List
@@ -209,4 +210,36 @@ def test_signals_of_each_server_during_the_first_load(slow_file: Path, server: s
             assert proc.poll() is None
             proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
+    assert "Traceback" not in log.text()
+
+
+@needs_uwsgi
+def test_the_throughput_recipe_finishes_the_answers_in_flight_on_sigterm(tmp_path: Path) -> None:
+    """docs/deploying.md's uWSGI line, SIGTERM while a client is in the middle of a 10 MB answer,
+    more than the sockets' buffers hold: it gets all of it, and uWSGI exits 0.  (With
+    --die-on-term alone, uWSGI kills its workers a second later, cutting the answer short.)"""
+    data = write_json(tmp_path / "data.json", big_document(120000))
+    port = free_port()
+    env = {"QSTASH_LISTS_DATA": str(data), "PYTHONPATH": str(ROOT)}
+    with started(uwsgi_command(port), env, cwd=str(tmp_path)) as master:
+        log = Output(master.stderr)
+        wait_until_answered(port, timeout=60)
+        expected = get("127.0.0.1", port, "/v2/queues")[1]
+        reader = socket.socket()
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
+        reader.settimeout(30)
+        reader.connect(("127.0.0.1", port))
+        reader.sendall(b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n")
+        received = reader.recv(4096)  # the answer has begun...
+        master.send_signal(signal.SIGTERM)  # ...when the stop comes
+        log.wait_for("graceful shutdown")
+        while True:
+            chunk = reader.recv(65536)
+            if not chunk:
+                break
+            received += chunk
+        reader.close()
+        assert master.wait(timeout=30) == 0
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and len(body) == len(expected) > 10000000 and body == expected
     assert "Traceback" not in log.text()
