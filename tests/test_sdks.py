@@ -147,3 +147,19 @@ def test_the_js_sdks_dev_mode_uses_this_server_and_downloads_nothing(tmp_path: P
     assert done.returncode == 0, done.stderr
     assert "name: 'emails'" in done.stdout and "name: 'orders'" in done.stdout
     assert "download" not in (done.stdout + done.stderr).lower() and "ENOTFOUND" not in done.stderr
+
+
+def test_the_readme_lists_every_release_the_matrix_checks() -> None:
+    """The README's "works with" lines are the matrix's: tests/sdk/matrix.py --markdown prints them
+    when every release works (it fails, in CI, when one does not), and a release KNOWN to fail is
+    listed with its reason."""
+    import sys
+
+    sys.path.insert(0, str(HERE / "sdk"))
+    import matrix
+
+    lines = {language: [version if (language, version) not in matrix.KNOWN else "%s (fails: %s)" % (
+        version, matrix.KNOWN[language, version]) for version in versions]
+        for language, versions in matrix.RELEASES.items()}
+    readme = (ROOT / "README.md").read_text().splitlines()
+    assert all(line in readme for line in matrix.works_with(lines)), matrix.works_with(lines)

@@ -6,7 +6,7 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import Any, List
+from typing import Any, List, Tuple
 
 import pytest
 from helpers import ALPHA_GROUP, ALPHA_QUEUE, TOKEN_A, accounts_document, write_json
@@ -345,7 +345,7 @@ def test_an_item_is_found_by_its_name() -> None:
 
 MAX = 2**53 - 1
 # Each limit at its exact edge, on either side: (what to change, the value, whether it is allowed).
-EDGES = [(("queues", field), value, ok) for field in ("parallelism", "lag")
+EDGES: List[Tuple[Tuple[str, str], Any, bool]] = [(("queues", field), value, ok) for field in ("parallelism", "lag")
          for value, ok in ((0, True), (-1, False), (MAX, True), (MAX + 1, False), (True, False), (1.0, False),
                            (10**20 - 1, False), (10**20, False))]
 EDGES += [(("queues", "times"), (created, updated), ok) for created, updated, ok in (
