@@ -108,7 +108,7 @@ WAITRESS_SETTINGS: Dict[str, Any] = {
 #: The servers whose wsgi.file_wrapper keeps a body by reference until the client has read it
 #: (waitress: no copy, no worker parked), by the module of the wrapper.  Other servers read a
 #: wrapped BytesIO back in small blocks (uWSGI 4 KB, gunicorn 8 KB, a write each), so they get
-#: the bytes whole, in one write (tests/benchmark.py --only servers-table measures both).
+#: the bytes whole, in one write (tests/benchmark.py --only table measures both).
 BY_REFERENCE = ("waitress.",)
 #: At most this many fields of a query are written to the access log.
 LOGGED_QUERY_FIELDS = 8

@@ -631,10 +631,11 @@ class _Checker:
         if type(value) is not str or not value:
             self.fault(where, "expected a non-empty string, got %s" % _show(value))
             return ""
-        if not (_is_group_name if group else _is_text)(value):
-            self.fault(where, "expected only letters, digits, '_', '-' and '.', got %s" % _show(value) if group else
-                       "expected printable characters (no control characters, line breaks or lone surrogates), "
-                       "got %s" % _show(value))
+        if group and not _is_group_name(value):
+            self.fault(where, "expected only letters, digits, '_', '-' and '.', got %s" % _show(value))
+        elif not group and not _is_text(value):
+            self.fault(where, "expected printable characters (no control characters, line breaks or lone "
+                       "surrogates), got %s" % _show(value))
         if value in seen:
             self.fault(where, "duplicate name %s (also at %s[%d].name)" % (_show(value), array, seen[value]))
         else:
