@@ -400,7 +400,7 @@ def _record(settings: Mapping[str, Any], signing_keys: bool) -> int:
     token, base, path, timeout = settings["token"], settings["url"], settings["data"], settings["record_timeout"]
     if token is None:
         return _fail(["QSTASH_TOKEN is not set: --record reads the account whose token it is"])
-    asking: List[str] = []  # the request in flight, for the message if time runs out
+    asking = ["/v2/topics"]  # the request in flight, for the message if time runs out
     outcome: List[Any] = []  # the document and the names left out, or the ConfigError
 
     def download() -> None:

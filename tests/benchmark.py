@@ -603,20 +603,15 @@ def gunicorn_rows(tmp: Path, rounds: int, seconds: float, connections: int, rows
                   summary: List[str]) -> None:
     """The documented gunicorn recipe (docs/deploying.md; two workers) against one waitress process,
     with CPU per request over each process tree: both on core 0 with the load on core 1, then unpinned."""
-    import shlex
     import socket
 
     data = write_data(tmp, 100)
-    text = (ROOT / "docs" / "deploying.md").read_text()
-    recipe = re.search(r"^QSTASH_TOKEN=\.\.\. (gunicorn .*)$", text, re.M)
-    assert recipe, "no gunicorn recipe in docs/deploying.md"
     env = dict(os.environ, QSTASH_TOKEN=TOKEN, QSTASH_LISTS_DATA=str(data), PYTHONPATH=str(ROOT))
     for placement, pin in (("server core 0, load core 1", True), ("unpinned, 2 cores", False)):
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        args = shlex.split(recipe.group(1).replace("127.0.0.1:8080", "127.0.0.1:%d" % port))
-        proc = subprocess.Popen((SERVER_CPU if pin else []) + [sys.executable, "-m"] + args, env=env,
+        proc = subprocess.Popen((SERVER_CPU if pin else []) + documented("gunicorn", port), env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(tmp))
         single = Server([sys.executable, "app.py", "--port", "0", "--data", str(data), "--quiet"], pin=pin)
         try:
