@@ -121,6 +121,10 @@ MAX_QUERY_TOKENS = 16
 SHOWN_NAME = 100
 #: Lines the command line's access log holds before a request writes them itself.
 ACCESS_LOG_BACKLOG = 10000
+#: waitress warns "Task queue depth is N" for each request that waits for a thread, from the thread
+#: that serves every connection: a burst is thousands of lines, and a slow stderr stalls everyone.
+#: The command line passes on one of them in this many seconds.
+QUEUE_WARNING_INTERVAL = 1.0
 
 logger = logging.getLogger("qstash_lists")
 access_logger = logging.getLogger("qstash_lists.access")
@@ -374,6 +378,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(_UTCFormatter("%(asctime)s %(message)s"))
         logging.basicConfig(level=logging.INFO, handlers=[handler])
+        logging.getLogger("waitress.queue").addFilter(_OncePer(QUEUE_WARNING_INTERVAL))
         _handle_signals()  # before the first load: a signal during it must neither kill nor trace back
         data = _open(settings, fallback, required=True)
     except store.TokenMissing as exc:
@@ -966,6 +971,21 @@ class _UTCFormatter(logging.Formatter):
     def formatTime(self, record: logging.LogRecord, datefmt: Optional[str] = None) -> str:  # noqa: N802
         """Return the record's time as 2026-11-23T18:41:39.123Z."""
         return _utc(record.created)
+
+
+class _OncePer(logging.Filter):
+    """Pass on a record if none has passed in the last ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self._seconds = seconds
+        self._next = 0.0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.created < self._next:
+            return False
+        self._next = record.created + self._seconds
+        return True
 
 
 def _utc(created: float) -> str:

@@ -196,6 +196,9 @@ MUTANTS: List[Mutant] = [
     M("record", "app.py", 'kept.pop("name", None)', "pass", ("tests/test_record.py",)),
     M("log", "app.py", 'raise Unauthorized("tokens disagree" if b"" not in tokens else "malformed")',
       'raise Unauthorized("malformed")'),
+    M("log", "app.py", "        if record.created < self._next:", "        if record.created > self._next:",
+      ("tests/test_hostile.py",)),
+    M("log", "app.py", "self._next = record.created + self._seconds", "pass", ("tests/test_hostile.py",)),
     # settings
     M("settings", "app.py", "if text is None and setting.env is not None and setting.env in environ:",
       "if setting.env is not None and setting.env in environ:", tuple(SERVER)),

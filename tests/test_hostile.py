@@ -10,6 +10,7 @@ import shlex
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -75,6 +76,29 @@ def test_never_reading_pipeliners_do_not_stop_a_fresh_client(tmp_path: Path) -> 
                 sock.close()
         code, _, err = server.stop()
     assert code == 0 and "Traceback" not in err
+
+
+def test_a_burst_of_waiting_requests_is_logged_once_a_second(tmp_path: Path) -> None:
+    """waitress warns "Task queue depth is N" for each request that waits for a thread, from the
+    thread that serves every connection: 400 at once are one line a second, not hundreds (a
+    stderr that is read slowly would hold up every client)."""
+    data = write_json(tmp_path / "data.json", big_document(100))
+    request = b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n"
+    with serving(data, "--threads", "1", "--quiet") as server:
+        began = time.monotonic()
+        clients = [socket.create_connection((server.host, server.port), timeout=10) for _ in range(400)]
+        try:
+            for sock in clients:
+                sock.sendall(request)
+            for sock in clients:
+                assert sock.recv(12) == b"HTTP/1.1 200"
+        finally:
+            for sock in clients:
+                sock.close()
+        seconds = time.monotonic() - began
+        code, _, err = server.stop()
+    assert code == 0
+    assert 1 <= err.count("Task queue depth is ") <= 1 + seconds, err
 
 
 def test_descriptors_above_1023_do_not_crash_the_server(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from helpers import (
     Q_TEMPLATE,
     ROOT,
     TOKEN_A,
+    Output,
     accounts_document,
     eventually,
     free_port,
@@ -71,9 +72,10 @@ def get(port: int, path: str = "/v2/queues", timeout: float = 10) -> Tuple[int, 
 
 @contextmanager
 def replica(data: Path, port: int) -> Iterator[Any]:
-    """``python app.py`` on ``port``, answering."""
+    """``python app.py`` on ``port``, answering; its stderr is read as it comes, as a supervisor would."""
     command = [sys.executable, str(ROOT / "app.py"), "--port", str(port), "--data", str(data), "--quiet"]
     with started(command) as proc:
+        Output(proc.stderr)
         assert " on http://" in proc.stdout.readline()  # type: ignore[union-attr]
         yield proc
 
@@ -148,8 +150,10 @@ def test_tricklers_and_idle_connections_do_not_stop_a_fresh_client(tmp_path: Pat
 
 
 def test_never_reading_pipeliners_do_not_stop_a_fresh_client(tmp_path: Path) -> None:
-    """200 clients each pipelining 50 requests and never reading: nginx buffers the answers,
-    the replica is free at once, and a fresh client is answered within a second."""
+    """200 clients each pipelining 50 requests and never reading: nginx buffers the answers and
+    the replica goes on answering, so a fresh client is answered while they still hold their
+    connections (a replica they held would answer it only once nginx drops them, send_timeout
+    10 s).  How long it waits depends on the machine: docs/deploying.md gives what was measured."""
     data = write_json(tmp_path / "data.json", {"accounts": [{"token": TOKEN_A, "queues": [dict(ALPHA_QUEUE)] + [
         dict(Q_TEMPLATE, name="q%d" % i) for i in range(100)]}]})
     backend = free_port()
@@ -159,7 +163,7 @@ def test_never_reading_pipeliners_do_not_stop_a_fresh_client(tmp_path: Path) -> 
             for sock in hogs:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
                 sock.sendall(REQUEST * 50)
-            assert fresh_client_time(port) < 1.0
+            assert fresh_client_time(port) < 5.0
         finally:
             for sock in hogs:
                 sock.close()
