@@ -264,11 +264,11 @@ def create_app(source: store.DataFile[Snapshot], access_log: Union[bool, AccessL
         if access_log:
             ms = (time.perf_counter() - started) * 1000
             noted = (status[:3], len(data), ms, "" if why is None else " (%s)" % why)
-            if access_log is True:
+            if access_log is not True:
+                access_log.note(time.time(), environ, *noted)
+            elif access_logger.isEnabledFor(logging.INFO):  # else the request line would be made for nothing
                 access_logger.info('%s "%s" %s %d %.2fms%s', environ.get("REMOTE_ADDR", "-"), _request_line(environ),
                                    *noted)
-            else:
-                access_log.note(time.time(), environ, *noted)
         if not data:
             return []
         file_wrapper = environ.get("wsgi.file_wrapper")

@@ -199,6 +199,7 @@ MUTANTS: List[Mutant] = [
     M("log", "app.py", "        if record.created < self._next:", "        if record.created > self._next:",
       ("tests/test_hostile.py",)),
     M("log", "app.py", "self._next = record.created + self._seconds", "pass", ("tests/test_hostile.py",)),
+    M("log", "app.py", "elif access_logger.isEnabledFor(logging.INFO):", "elif False:"),
     # settings
     M("settings", "app.py", "if text is None and setting.env is not None and setting.env in environ:",
       "if setting.env is not None and setting.env in environ:", tuple(SERVER)),
