@@ -219,8 +219,8 @@ def test_the_throughput_recipe_finishes_the_answers_in_flight_on_sigterm(tmp_pat
     """docs/deploying.md's uWSGI line, SIGTERM while a client is in the middle of a 10 MB answer,
     more than the sockets' buffers hold: it gets all of it, and uWSGI exits 0.  (With
     --die-on-term alone, uWSGI kills its workers a second later, cutting the answer short.)  The
-    client reads slowly, a small window at a time, for a few seconds, but never stops for uWSGI's --socket-timeout
-    (4 s), after which uWSGI drops an answer that cannot be sent, stop or not."""
+    client reads slowly, a small window at a time, for a few seconds, but never stops for uWSGI's
+    --socket-timeout (4 s), after which uWSGI drops an answer that cannot be sent, stop or not."""
     data = write_json(tmp_path / "data.json", big_document(120000))
     port = free_port()
     env = {"QSTASH_LISTS_DATA": str(data), "PYTHONPATH": str(ROOT)}
