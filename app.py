@@ -1,11 +1,15 @@
-"""qstash-lists: QStash's URL groups and queues, read-only, served from a JSON file.
+"""qstash-lists: QStash's URL groups and queues, served from a JSON file.
 
-It answers ``GET /v2/topics``, ``GET /v2/queues`` and one item of each by name, behind
-bearer-token auth.  Serve with ``python app.py`` (``--help`` lists the settings), check a
-file with ``python app.py --check``.  Embed: ``make_app`` is the factory for
+It answers ``GET /v2/topics``, ``GET /v2/queues``, one item of each by name and
+``GET /v2/keys``, behind bearer-token auth; with ``--writable``, QStash's writes of URL groups
+and queues too, saved to the file.  Serve with ``python app.py`` (``--help`` lists the
+settings), check a file with ``python app.py --check``.  Embed: ``make_app`` is the factory for
 ``waitress-serve --call``, gunicorn and uWSGI (it reads the environment, see SETTINGS);
 ``create_app`` serves a :class:`store.DataFile` you opened with :func:`open_data`.
 Standard library only; waitress is imported only to serve.
+
+Sections, in reading order: errors; response bodies; requests; the WSGI app; the access log;
+settings and ``make_app``; the command line and serving; ``--record``.
 """
 
 from __future__ import annotations
@@ -28,23 +32,7 @@ import time
 import urllib.error
 import urllib.request
 from http import HTTPStatus
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Callable,
-    Deque,
-    Dict,
-    Iterable,
-    List,
-    Mapping,
-    NamedTuple,
-    Optional,
-    Sequence,
-    Set,
-    TextIO,
-    Tuple,
-    Union,
-)
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 from urllib.parse import quote, unquote_to_bytes
 
 if TYPE_CHECKING:
@@ -64,37 +52,41 @@ else:  # a script or a top-level module: the store.py beside this file, even if 
         sys.modules[_spec.name] = store  # dataclasses look their module up there
         _spec.loader.exec_module(store)
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 __all__ = ["DEV_TOKEN", "SETTINGS", "AccessLog", "HTTPError", "Snapshot", "create_app", "main", "make_app", "open_data",
            "read_settings"]
 
 Headers = List[Tuple[str, str]]
+#: status line, headers, body, and why (for the access log only)
+Answer = Tuple[str, Headers, bytes, Optional[str]]
 StartResponse = Callable[..., Callable[[bytes], object]]
 WSGIEnvironment = Dict[str, Any]
 WSGIApplication = Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]
 
 #: The token that the official ``qstash dev`` server documents; used only on loopback.
 DEV_TOKEN = "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3JkIn0="
-#: ... and its signing keys (published in @upstash/qstash as DEV_CREDENTIALS), served with it.
+#: ... and its signing keys (published in @upstash/qstash as DEV_CREDENTIALS), served to it.
 DEV_SIGNING_KEYS = ("sig_7kYjw48mhY7kAjqNGcy6cr29RJ6r", "sig_5ZB6DVzB1wjE8S6rZ7eenA8Pdnhs")
-
-
-#: The route table, the one place that names the paths: each path (no trailing slash) -> the
-#: store.Account field it answers and what one of its items is called.  An item's path is its
-#: collection's path plus one segment, its name; an object (no noun) has no items.
-ROUTES = {"/v2/topics": ("url_groups", "URL group"), "/v2/queues": ("queues", "queue"),
-          "/v2/keys": ("signing_keys", None)}
-#: A collection's path as requested, with or without one trailing slash -> its route's path.
-_PATHS = {path + slash: path for path in ROUTES for slash in ("", "/")}
+_DEV_DIGEST = hashlib.sha256(DEV_TOKEN.encode()).digest()
+#: The route table, the one place that names the paths: a path ("{name}" is an item's name, one
+#: segment) -> the methods it answers.  GET (and so HEAD) reads; the others write, with --writable.
+ROUTES: Dict[str, Tuple[str, ...]] = {
+    "/v2/topics": ("GET",), "/v2/topics/{name}": ("GET", "DELETE"), "/v2/topics/{name}/endpoints": ("POST", "DELETE"),
+    "/v2/queues": ("GET", "POST"), "/v2/queues/{name}": ("GET", "DELETE"), "/v2/queues/{name}/pause": ("POST",),
+    "/v2/queues/{name}/resume": ("POST",), "/v2/keys": ("GET",)}
+#: What a read of each route answers: the store.Account field, and what one of its items is called.
+FIELDS = {"/v2/topics": ("url_groups", "URL group"), "/v2/queues": ("queues", "queue"),
+          "/v2/keys": ("signing_keys", "")}
 #: The health check's path: no token needed; it says which version of the data file is served (see health).
 HEALTH_PATH = "/healthz"
-ALLOWED = "GET, HEAD"
 #: Bodies shorter than this are not worth compressing.
 GZIP_MIN = 1024
+#: The largest request body a write takes (QStash's writes carry a few hundred bytes).
+MAX_BODY = 64 * 1024
 #: waitress's settings, chosen on purpose and measured (docs/deploying.md); the benchmark's
 #: baseline and the documented waitress-serve command use them too.
 WAITRESS_SETTINGS: Dict[str, Any] = {
-    "ident": "qstash-lists",  # the Server header: no version numbers
+    "ident": "qstash-lists",  # the Server header: no version numbers (--record knows itself by it)
     # Bodies go by reference (wsgi.file_wrapper): what waits for a slow reader costs next to no
     # memory, while waitress's default watermark parks a worker for as long as a client does not read.
     "outbuf_high_watermark": 1 << 40,
@@ -103,484 +95,31 @@ WAITRESS_SETTINGS: Dict[str, Any] = {
     "cleanup_interval": 5,  # ...looking every 5 s (waitress's default, 30 s, doubles the wait)
     "connection_limit": 1000,
     "max_request_header_size": 16 * 1024,  # answered with 431 above this
-    "max_request_body_size": 64 * 1024,  # the API takes no request bodies
+    "max_request_body_size": MAX_BODY,
 }
 #: The servers whose wsgi.file_wrapper keeps a body by reference until the client has read it
 #: (waitress: no copy, no worker parked), by the module of the wrapper.  Other servers read a
 #: wrapped BytesIO back in small blocks (uWSGI 4 KB, gunicorn 8 KB, a write each), so they get
 #: the bytes whole, in one write (tests/benchmark.py --only table measures both).
 BY_REFERENCE = ("waitress.",)
-#: At most this many fields of a query are written to the access log.
+#: At most this many fields of a query are written to the access log (names only: any value may be a token).
 LOGGED_QUERY_FIELDS = 8
-#: Query parameters whose values may be logged: none, since the API takes no parameters and
-#: any value may be a token that a user put under the wrong name (token=, access_token=, ...).
-LOGGED_QUERY_VALUES: frozenset[str] = frozenset()
-#: More differently written qstash_token values than this in one query are refused unread.
-MAX_QUERY_TOKENS = 16
 #: A name longer than this is cut short where a message repeats it.
 SHOWN_NAME = 100
-#: Lines the command line's access log holds before a request writes them itself.
+#: More differently written qstash_token values than this in one query are refused unread.
+MAX_QUERY_TOKENS = 16
+#: Lines the command line's access log holds for a stream that does not keep up; past that, dropped and counted.
 ACCESS_LOG_BACKLOG = 10000
-#: waitress warns "Task queue depth is N" for each request that waits for a thread, from the thread
-#: that serves every connection: a burst is thousands of lines, and a slow stderr stalls everyone.
-#: The command line passes on one of them in this many seconds.
-QUEUE_WARNING_INTERVAL = 1.0
+#: How long the access log may take to write its last lines when the server stops.
+ACCESS_LOG_CLOSE_TIMEOUT = 1.0
+#: The most worker threads --threads allows (each has a stack; thousands only queue on 2 cores).
+MAX_THREADS = 1024
 
 logger = logging.getLogger("qstash_lists")
 access_logger = logging.getLogger("qstash_lists.access")
 
 
-class Setting(NamedTuple):
-    """A setting's option and environment variable (either may be None), default, parser and help."""
-
-    option: Optional[str]
-    env: Optional[str]
-    default: Optional[str]
-    parse: Callable[[str], Any]
-    help: str
-
-
-def _token(text: str) -> str:
-    if text.startswith("Bearer "):
-        raise ValueError("drop the word 'Bearer': the variable holds the token alone")
-    problem = store.check_token(text)
-    if problem is not None:
-        raise ValueError(problem)
-    return text
-
-
-def _whole(low: int, high: Optional[int] = None) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        if not (text.isascii() and text.isdigit()) or int(text) < low or (high is not None and int(text) > high):
-            raise ValueError("expected a whole number from %d%s" % (low, " to %d" % high if high else " up"))
-        return int(text)
-
-    return parse
-
-
-def _size(text: str) -> int:
-    digits, unit = (text[:-1], text[-1].upper()) if text[-1:].isalpha() else (text, "")
-    if unit not in ("", "K", "M", "G") or not (digits.isascii() and digits.isdigit()) or int(digits) < 1:
-        raise ValueError("expected a size in bytes such as 64M (K, M or G may follow the number)")
-    return int(digits) << {"": 0, "K": 10, "M": 20, "G": 30}[unit]
-
-
-def _http_url(text: str) -> str:
-    if not text.startswith(("http://", "https://")) or not text.isprintable() or " " in text:
-        raise ValueError("expected an http or https URL such as https://qstash.upstash.io")
-    return text.rstrip("/")
-
-
-def _seconds(text: str) -> float:
-    value = float(text) if text.isascii() and text.replace(".", "", 1).isdigit() else 0.0
-    if not 0.01 <= value <= 3600:
-        raise ValueError("expected a number of seconds from 0.01 to 3600")
-    return value
-
-
-#: Every setting, read in one place (read_settings) by main, make_app and --help, as waitress's
-#: Adjustments are: the command line wins over the environment, which wins over the default.
-SETTINGS: Dict[str, Setting] = {
-    "data": Setting("--data", "QSTASH_LISTS_DATA", "data.json", str, "the data file"),
-    "token": Setting(None, "QSTASH_TOKEN", None, _token,
-                     "the token of a one-account data file (without it, on loopback only, the dev token "
-                     "that 'qstash dev' documents)"),
-    "max_size": Setting("--max-size", "QSTASH_LISTS_MAX_SIZE", "64M", _size,
-                        "refuse a data file larger than this many bytes; K, M or G may follow"),
-    "interval": Setting("--interval", "QSTASH_LISTS_INTERVAL", "1", _seconds,
-                        "seconds between looks at the data file (SIGHUP: look now)"),
-    "stop_timeout": Setting("--stop-timeout", "QSTASH_LISTS_STOP_TIMEOUT", "10", _seconds,
-                            "seconds the answers in flight may take to finish after SIGTERM or Ctrl-C"),
-    "url": Setting(None, "QSTASH_URL", "https://qstash.upstash.io", _http_url, "the QStash API that --record reads"),
-    "record_timeout": Setting("--record-timeout", "QSTASH_LISTS_RECORD_TIMEOUT", "30", _seconds,
-                              "seconds --record may take to fetch the account, in all"),
-    "host": Setting("--host", None, "127.0.0.1", str, "address to listen on"),
-    "port": Setting("--port", None, "8080", _whole(0, 65535), "port; 0 picks a free one"),
-    "threads": Setting("--threads", None, "8", _whole(1), "waitress worker threads"),
-}
-
-
-class ConfigError(Exception):
-    """A setting that cannot be used: one line that names it and says what it expects."""
-
-
-def read_settings(environ: Mapping[str, str], args: Optional[argparse.Namespace] = None) -> Dict[str, Any]:
-    """Return every setting, parsed (``args``: what the command line gave, None where nothing).
-
-    Raise ConfigError naming the first bad one; its value is never repeated: it may be a secret.
-    """
-    settings = {}
-    for key, setting in SETTINGS.items():
-        text, source = getattr(args, key, None), setting.option
-        if text is None and setting.env is not None and setting.env in environ:
-            text, source = environ[setting.env], setting.env
-        if text is None:
-            text = setting.default
-        try:
-            settings[key] = None if text is None else setting.parse(text)
-        except ValueError as exc:
-            raise ConfigError("%s: %s" % (source, exc)) from None
-    return settings
-
-
-def open_data(path: str, token: Optional[str], interval: float = 1.0, *, fallback: Optional[str] = None,
-              max_size: int = store.DEFAULT_MAX_SIZE, required: bool = True) -> store.DataFile[Snapshot]:
-    """Load the data file at ``path`` and keep it fresh (see :class:`store.DataFile`).
-
-    ``token`` is a one-account file's (``fallback`` if None; see :func:`store.parse`).  Raise
-    DataError if the file is bad, unless not ``required``: then the app answers 503 until it is good.
-    """
-    return store.DataFile(path, lambda raw: Snapshot(store.parse(raw, path, token, fallback)), interval,
-                          max_size=max_size, required=required)
-
-
-def create_app(source: store.DataFile[Snapshot], access_log: Union[bool, AccessLog] = True) -> WSGIApplication:
-    """Return the WSGI callable that serves the snapshots of ``source``.
-
-    ``access_log``: True logs each request to the ``qstash_lists.access`` logger at INFO, an
-    AccessLog writes it in batches (the command line's), False not at all.
-    """
-
-    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        started = time.perf_counter() if access_log else 0.0
-        exc_info = why = None
-        try:
-            snapshot = source.current()
-            if environ.get("PATH_INFO") == HEALTH_PATH:
-                status, headers, data = health(environ, source.status())
-            elif snapshot is None:
-                raise Unavailable()
-            else:
-                status, headers, data = respond(environ, snapshot)
-        except HTTPError as err:
-            (status, headers, data), why = err.render(), err.why
-        except Exception:
-            logger.exception("error while answering %s", _request_line(environ))
-            status, headers, data = HTTPError().render()
-            exc_info = sys.exc_info()
-        start_response(status, headers, exc_info)
-        if environ.get("REQUEST_METHOD") == "HEAD":
-            data = b""  # the same headers as GET, errors included, and never a body (RFC 9110, 9.3.2)
-        if access_log:
-            ms = (time.perf_counter() - started) * 1000
-            noted = (status[:3], len(data), ms, "" if why is None else " (%s)" % why)
-            if access_log is not True:
-                access_log.note(time.time(), environ, *noted)
-            elif access_logger.isEnabledFor(logging.INFO):  # else the request line would be made for nothing
-                access_logger.info('%s "%s" %s %d %.2fms%s', environ.get("REMOTE_ADDR", "-"), _request_line(environ),
-                                   *noted)
-        if not data:
-            return []
-        file_wrapper = environ.get("wsgi.file_wrapper")
-        if file_wrapper is None or not str(getattr(file_wrapper, "__module__", "")).startswith(BY_REFERENCE):
-            return [data]
-        # By reference: what waits for a slow reader is the snapshot's bytes (BytesIO shares them), not a copy.
-        wrapped: Iterable[bytes] = file_wrapper(io.BytesIO(data))
-        return wrapped
-
-    return app
-
-
-class AccessLog:
-    """The command line's access log: a request only notes what it did, and a thread of its own
-    formats the lines and writes them to ``stream`` in batches, a few times a second (the logging
-    module's way, a line a request, costs far more: tests/benchmark.py).  :meth:`close` writes the rest."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self._stream = stream
-        self._entries: Deque[Tuple[Any, ...]] = collections.deque()
-        self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="qstash-lists access log", daemon=True)
-        self._thread.start()
-
-    def note(self, *entry: Any) -> None:
-        """Note one request: its time, environ, status, body size, milliseconds and why (a deque is thread-safe)."""
-        self._entries.append(entry)
-        if len(self._entries) > ACCESS_LOG_BACKLOG:  # the stream is stuck: slow requests down, not fill memory
-            self._write()
-
-    def close(self) -> None:
-        """Write every line noted so far, and stop the thread."""
-        self._closed.set()
-        self._thread.join()
-        self._write()
-
-    def _run(self) -> None:
-        while not self._closed.wait(0.2):
-            self._write()
-
-    def _write(self) -> None:
-        lines: List[str] = []
-        seconds: Dict[int, str] = {}  # a batch's lines share their seconds, and mostly their requests
-        requests: Dict[Tuple[Any, ...], str] = {}
-        while self._entries:
-            created, environ, status, size, ms, why = self._entries.popleft()
-            second = seconds.get(int(created)) or seconds.setdefault(int(created), _utc(int(created))[:-5])
-            asked = tuple(environ.get(key) for key in _LOGGED_ENVIRON)
-            request = requests.get(asked) or requests.setdefault(asked, _request_line(environ))
-            lines.append('%s.%03dZ %s "%s" %s %d %.2fms%s\n' % (second, int(created % 1 * 1000), asked[0] or "-",
-                                                                request, status, size, ms, why))
-        if lines:
-            self._stream.write("".join(lines))
-            self._stream.flush()
-
-
-def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
-    """Build the app from the environment (the variables of SETTINGS): the factory for servers.
-
-    It cannot know its address, so it never falls back to the dev token.  What only the
-    environment can fix (a bad setting, a one-account file without QSTASH_TOKEN) stops the
-    server: one line on stderr and SystemExit(3), which gunicorn takes for a worker that
-    failed to boot, not one to boot again.  A bad or missing data file does not: the app
-    answers 503 until it is good.  Where nobody handles SIGHUP, it makes the reloader look now.
-    """
-    # uWSGI sets its handlers from C, out of Python's sight: SIGHUP there is uWSGI's to handle.
-    if (hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGHUP) == signal.SIG_DFL and "uwsgi" not in sys.modules):
-        signal.signal(signal.SIGHUP, _wake_all)
-    try:
-        settings = read_settings(os.environ if environ is None else environ)
-        data = _open(settings, None, required=True)
-    except (ConfigError, store.TokenMissing) as exc:
-        print(exc, file=sys.stderr)
-        raise SystemExit(3) from None
-    except store.DataError:
-        data = _open(settings, None, required=False)  # logged; answered with 503 until it is good
-    except KeyboardInterrupt:  # Ctrl-C during the first load: a stop, not a traceback
-        raise SystemExit(130) from None
-    return create_app(data)
-
-
-def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, str]] = None) -> int:
-    """Run the command line: serve under waitress, ``--check`` a data file, or print ``--example``."""
-    env = os.environ if environ is None else environ
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.example:
-        print(json.dumps(store.EXAMPLE, indent=2))
-        return 0
-    try:
-        settings = read_settings(env, args)
-    except ConfigError as exc:
-        return _fail([str(exc)])
-    path = settings["data"]
-    if args.record:
-        return _record(settings, args.signing_keys)
-    # The dev token stands in for QSTASH_TOKEN only where no one else can reach the server.
-    fallback = DEV_TOKEN if args.check or is_loopback(settings["host"]) else None
-    try:
-        if args.check:  # one read and one parse: no bodies to encode, no reloader
-            loaded = store.load(path, settings["token"], fallback, settings["max_size"])
-            print("%s: OK: %s" % (path, loaded.summary()))
-            for line in loaded.warnings(path):
-                print(line, file=sys.stderr)
-            return 0
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(_UTCFormatter("%(asctime)s %(message)s"))
-        logging.basicConfig(level=logging.INFO, handlers=[handler])
-        logging.getLogger("waitress.queue").addFilter(_OncePer(QUEUE_WARNING_INTERVAL))
-        _handle_signals()  # before the first load: a signal during it must neither kill nor trace back
-        data = _open(settings, fallback, required=True)
-    except store.TokenMissing as exc:
-        return _fail(exc.faults + ["The built-in dev token serves only a loopback address."])
-    except store.DataError as exc:
-        if os.path.lexists(path):
-            return _fail(exc.faults)
-        return _fail(["%s: no such file; to start from the example: %s --example > %s"
-                      % (os.path.abspath(path), parser.prog, path)])
-    try:
-        return _serve(settings, args.quiet, data)
-    finally:
-        data.close()
-
-
-def _record(settings: Mapping[str, Any], signing_keys: bool) -> int:
-    """--record: fetch the account of QSTASH_TOKEN from QSTASH_URL and write it to the data file.
-
-    Fields the file format does not hold are left out (and named, never their values); the file
-    is checked as a served one would be and written whole, or left as it was.  The fetching has
-    one deadline in all (--record-timeout), whatever the API does: a drip-fed or endless answer,
-    a slow name lookup, a loop of redirects.  Never prints the token.
-    """
-    token, base, path, timeout = settings["token"], settings["url"], settings["data"], settings["record_timeout"]
-    if token is None:
-        return _fail(["QSTASH_TOKEN is not set: --record reads the account whose token it is"])
-    asking = ["/v2/topics"]  # the request in flight, for the message if time runs out
-    outcome: List[Any] = []  # the document and the names left out, or the ConfigError
-
-    def download() -> None:
-        dropped: Set[str] = set()
-        document: Dict[str, Any] = {}
-        try:
-            for key, route in (("urlGroups", "/v2/topics"), ("queues", "/v2/queues")):
-                asking[:] = [route]
-                answer = _fetch(base, route, token, settings["max_size"], timeout)
-                if type(answer) is not list or not all(type(item) is dict for item in answer):
-                    raise ConfigError("%s%s: expected a JSON array of objects; is QSTASH_URL the QStash API?"
-                                      % (base, route))
-                document[key] = [_known(item, key, dropped) for item in answer]
-            if signing_keys:
-                asking[:] = ["/v2/keys"]
-                answer = _fetch(base, "/v2/keys", token, settings["max_size"], timeout)
-                document["signingKeys"] = {k: answer.get(k) for k in ("current", "next")} if type(answer) is dict \
-                    else {}
-            outcome.append((document, dropped))
-        except ConfigError as exc:
-            outcome.append(exc)
-
-    # A thread of its own, which the process leaves behind if time runs out: a socket timeout
-    # bounds each read, not a whole answer, and nothing bounds a name lookup.
-    worker = threading.Thread(target=download, name="qstash-lists --record", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if not outcome:
-        return _fail(["GET %s%s: no whole answer within %g s (--record-timeout, QSTASH_LISTS_RECORD_TIMEOUT); "
-                      "%s is unchanged" % (base, asking[0], timeout, path)])
-    if isinstance(outcome[0], ConfigError):
-        return _fail([str(outcome[0]) + "; %s is unchanged" % path])
-    document, dropped = outcome[0]
-    if dropped:
-        print("%s: left out what a data file does not hold: %s" % (path, ", ".join(sorted(dropped))), file=sys.stderr)
-    try:
-        loaded = store.record(path, document, token)
-    except store.DataError as exc:
-        return _fail(exc.faults + ["%s is unchanged" % path])
-    print("%s: recorded %s from %s" % (path, loaded.summary(), base))
-    return 0
-
-
-def _fetch(base: str, route: str, token: str, max_size: int, timeout: float) -> Any:
-    """GET ``route`` of the QStash API at ``base``: its JSON, or ConfigError saying what happened and what to do."""
-    request = urllib.request.Request(base + route, headers={"Authorization": "Bearer " + token})
-    where = "GET %s%s" % (base, route)
-    try:
-        with urllib.request.build_opener(_NoRedirects).open(request, timeout=timeout) as response:
-            raw = response.read(max_size + 1)
-    except urllib.error.HTTPError as exc:
-        fix = "check QSTASH_TOKEN" if exc.code in (401, 403) else "try again later" if exc.code >= 500 else (
-            "is QSTASH_URL the QStash API?")
-        if 300 <= exc.code < 400:  # the token goes to QSTASH_URL only, never on to where it points
-            fix = "not followed; is QSTASH_URL the QStash API? (%s)" % exc.headers.get("Location", "no Location")
-        raise ConfigError("%s: answered %d %s; %s" % (where, exc.code, exc.reason, fix)) from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ConfigError("%s: no answer (%s); check QSTASH_URL and the network" % (where, reason)) from None
-    except http.client.HTTPException as exc:  # an answer cut short or malformed
-        raise ConfigError("%s: a broken answer (%s); try again later" % (where, type(exc).__name__)) from None
-    if len(raw) > max_size:
-        raise ConfigError("%s: the answer is over %s (--max-size)" % (where, store.megabytes(max_size)))
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise ConfigError("%s: the answer is not JSON; is QSTASH_URL the QStash API?" % where) from None
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any) -> None:
-        return None  # urllib would send the Authorization header on to any host: an error instead
-
-
-def _known(item: Dict[str, Any], kind: str, dropped: Set[str]) -> Dict[str, Any]:
-    """The fields of an API object that a data file holds; the names of the others go into ``dropped``."""
-    kept = {key: value for key, value in item.items() if key in store.FIELDS[kind]}
-    dropped.update("%s.%s" % (kind, key) for key in item if key not in kept)
-    if kind == "urlGroups" and type(kept.get("endpoints")) is list:
-        kept["endpoints"] = [_known(e, "endpoints", dropped) if type(e) is dict else e for e in kept["endpoints"]]
-    if kind == "endpoints" and kept.get("name") in ("", None):
-        kept.pop("name", None)  # QStash writes an endpoint without a name as "" or null: here it has none
-    return kept
-
-
-def _open(settings: Mapping[str, Any], fallback: Optional[str], required: bool) -> store.DataFile[Snapshot]:
-    return open_data(settings["data"], settings["token"], settings["interval"], fallback=fallback,
-                     max_size=settings["max_size"], required=required)
-
-
-def _handle_signals() -> None:
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    if hasattr(signal, "SIGHUP"):
-        signal.signal(signal.SIGHUP, _wake_all)
-
-
-def _stop(signum: int, frame: Any) -> None:
-    raise SystemExit(0)  # before serving, nothing is in flight: stop now (while serving, _run stops gracefully)
-
-
-def _wake_all(signum: int, frame: Any) -> None:
-    store.wake_all()  # SIGHUP: every reloader looks now (a signal handler only sets events)
-
-
-def _serve(settings: Mapping[str, Any], quiet: bool, data: store.DataFile[Snapshot]) -> int:
-    """Serve ``data`` under waitress until SIGTERM or Ctrl-C."""
-    try:
-        from waitress import create_server
-    except ImportError:
-        return _fail(["waitress is not installed: python -m pip install waitress"])
-    host, port = settings["host"], settings["port"]
-    socket_map: Dict[int, Any] = {}  # ours, single socket or several, so that _run can see every connection
-    access = None if quiet else AccessLog(sys.stderr)
-    try:
-        server = create_server(create_app(data, access_log=access or False), map=socket_map, host=host,
-                               port=port, threads=settings["threads"], **WAITRESS_SETTINGS)
-    except (OSError, ValueError) as exc:
-        return _fail(["cannot listen on %s port %d: %s; stop what uses it, or choose another port "
-                      "(--port 0 picks a free one)" % (host, port, exc)])
-    listening = getattr(server, "effective_listen", None) or [(server.effective_host, server.effective_port)]
-    urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in listening]  # "localhost": 2
-    snapshot = data.current()
-    assert snapshot is not None  # open_data raised otherwise
-    loaded = snapshot.store
-    print("qstash-lists %s serving %s (%s) on %s" % (__version__, settings["data"], loaded.summary(), " ".join(urls)))
-    print("export QSTASH_URL=%s" % urls[0])
-    if not loaded.single_account:
-        print("# QSTASH_TOKEN: accounts from the data file; use your account's token")
-    elif loaded.fallback_used:
-        print("export QSTASH_TOKEN=%s  # the built-in dev token: QSTASH_TOKEN is not set (loopback only)"
-              % DEV_TOKEN)
-        if loaded.accounts[0].signing_keys is None:  # published constants, as `qstash dev` prints them
-            print("export QSTASH_CURRENT_SIGNING_KEY=%s\nexport QSTASH_NEXT_SIGNING_KEY=%s" % DEV_SIGNING_KEYS)
-    else:
-        print("# QSTASH_TOKEN: the one set in this server's environment (not shown)")
-    sys.stdout.flush()
-    try:
-        _run(server, socket_map, settings["stop_timeout"])
-    finally:
-        if access is not None:
-            access.close()  # every line of a request answered is written before the process ends
-    return 0
-
-
-def _run(server: Any, socket_map: Dict[int, Any], stop_timeout: float) -> None:
-    """Serve until SIGTERM or SIGINT, then stop gracefully: refuse new connections, close idle
-    ones, and let the answers in flight finish, for at most ``stop_timeout`` seconds."""
-    from waitress import wasyncore
-    from waitress.channel import HTTPChannel
-    from waitress.server import BaseWSGIServer
-
-    deadline: List[float] = []
-
-    def stop(signum: int, frame: Any) -> None:
-        deadline[:] = deadline or [time.monotonic() + stop_timeout]  # a handler only notes it
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    while not deadline:
-        wasyncore.loop(timeout=0.5, map=socket_map, use_poll=True, count=1)
-    for listener in [d for d in socket_map.values() if isinstance(d, BaseWSGIServer)]:
-        wasyncore.dispatcher.close(listener)  # not BaseWSGIServer.close: the threads still need the trigger
-    while time.monotonic() < deadline[0]:
-        channels = [d for d in socket_map.values() if isinstance(d, HTTPChannel)]
-        if not channels:
-            break
-        for channel in channels:  # between requests: nothing in flight to finish
-            if channel.request is None and not channel.requests and not channel.total_outbufs_len:
-                channel.will_close = True
-        wasyncore.loop(timeout=0.1, map=socket_map, use_poll=True, count=1)
-    server.task_dispatcher.shutdown()
-
-
-# Request handling ------------------------------------------------------------------------------
+# ---- Errors: one type, rendered in one place -----------------------------------------------------
 
 
 class HTTPError(Exception):
@@ -590,61 +129,54 @@ class HTTPError(Exception):
     status = HTTPStatus.INTERNAL_SERVER_ERROR
     message = "internal server error; the server log has the details"
 
-    def __init__(self, headers: Sequence[Tuple[str, str]] = (), why: Optional[str] = None) -> None:
+    def __init__(self, message: Optional[str] = None, headers: Sequence[Tuple[str, str]] = (),
+                 why: Optional[str] = None, status: Optional[HTTPStatus] = None) -> None:
+        self.message = message or self.message
+        self.status = status or self.status
         super().__init__(self.message)
         self.headers = list(headers)
         self.why = why
 
-    def render(self) -> Tuple[str, Headers, bytes]:
-        """Return the status line, headers and body of this error."""
-        return _json_answer(self.status, {"error": self.message}, self.headers)
+    def render(self) -> Answer:
+        """Return the status line, headers, body and why of this error."""
+        return _json_answer(self.status, {"error": self.message}, self.headers, self.why)
 
 
 class NotFound(HTTPError):
-    """A path this server does not have."""
+    """A path this server does not have, or an item the token's account does not have."""
 
     status = HTTPStatus.NOT_FOUND
-    message = ("not found: this read-only server answers GET /v2/topics, /v2/topics/<name>, "
-               "/v2/queues, /v2/queues/<name> and /v2/keys")
+    message = ("not found: this server answers /v2/topics, /v2/topics/<name>, /v2/topics/<name>/endpoints, "
+               "/v2/queues, /v2/queues/<name>, /v2/queues/<name>/pause and /resume, and /v2/keys")
 
 
-class NoSuchItem(NotFound):
-    """An item path whose name is not in the token's account (nor, as far as it can tell, anywhere)."""
+class BadRequest(HTTPError):
+    """A name outside QStash's rule, or a write's body that is not what QStash takes."""
 
-    def __init__(self, noun: str, name: str) -> None:
-        shown = name if len(name) <= SHOWN_NAME else name[:SHOWN_NAME] + "..."
-        self.message = "not found: no %s named %s" % (noun, json.dumps(shown))
-        super().__init__(why="no such %s" % noun)
-
-
-class NoSigningKeys(NotFound):
-    """GET /v2/keys for an account the data file gives no signing keys."""
-
-    message = "not found: the data file gives this account no signing keys (its signingKeys)"
-
-    def __init__(self) -> None:
-        super().__init__(why="no signing keys")
+    status = HTTPStatus.BAD_REQUEST
 
 
 class Unavailable(HTTPError):
-    """No good version of the data file has been loaded yet (see make_app)."""
+    """No good version of the data file has been loaded yet (see make_app), or a write could not be made."""
 
     status = HTTPStatus.SERVICE_UNAVAILABLE
     message = ("service unavailable: the server's data file cannot be served yet; the server log names "
                "the fault and its fix, and the file is served as soon as it is good")
 
-    def __init__(self) -> None:
-        super().__init__([("Retry-After", "1")], why="no good data file yet")
+    def __init__(self, message: Optional[str] = None, why: str = "no good data file yet") -> None:
+        super().__init__(message, [("Retry-After", "1")], why)
 
 
 class MethodNotAllowed(HTTPError):
-    """A method other than GET or HEAD on a known path (RFC 9110, 15.5.6: with Allow)."""
+    """A method the path does not answer (RFC 9110, 15.5.6: with Allow); a write to a read-only server."""
 
     status = HTTPStatus.METHOD_NOT_ALLOWED
-    message = "method not allowed: this server is read-only; it answers only GET and HEAD"
 
-    def __init__(self) -> None:
-        super().__init__([("Allow", ALLOWED)])
+    def __init__(self, allowed: Sequence[str], write: bool) -> None:
+        message = ("method not allowed: this server is read-only; start it with --writable (or "
+                   "QSTASH_LISTS_WRITABLE=1) to take QStash's writes of URL groups and queues" if write else
+                   "method not allowed: this path answers %s" % (", ".join(allowed) or "no method"))
+        super().__init__(message, [("Allow", ", ".join(allowed))])
 
 
 class Unauthorized(HTTPError):
@@ -657,7 +189,24 @@ class Unauthorized(HTTPError):
 
     def __init__(self, why: str) -> None:
         challenge = 'Bearer realm="qstash"' + ('' if why == "no credential" else ', error="invalid_token"')
-        super().__init__([("WWW-Authenticate", challenge)], why)
+        super().__init__(None, [("WWW-Authenticate", challenge)], why)
+
+
+def _no_such(noun: str, name: str) -> NotFound:
+    shown = name if len(name) <= SHOWN_NAME else name[:SHOWN_NAME] + "..."
+    return NotFound("not found: no %s named %s" % (noun, json.dumps(shown)), why="no such %s" % noun)
+
+
+def _json_answer(status: HTTPStatus, document: Any, headers: Sequence[Tuple[str, str]] = (),
+                 why: Optional[str] = None) -> Answer:
+    """An answer of its own (an error, a write, the health check): compact JSON that no cache keeps."""
+    body = store.encode(document)
+    return "%d %s" % (status, status.phrase), [
+        ("Content-Type", "application/json"), ("Content-Length", str(len(body))), ("Cache-Control", "no-store"),
+        ("X-Content-Type-Options", "nosniff")] + list(headers), body, why
+
+
+# ---- Response bodies: encoded once per loaded data file ------------------------------------------
 
 
 class Representation:
@@ -665,37 +214,40 @@ class Representation:
 
     __slots__ = ("data", "etag", "not_modified", "headers")
 
-    def __init__(self, data: bytes, etag: str, vary: bool, encoding: Optional[str] = None) -> None:
+    def __init__(self, data: bytes, etag: str, vary: bool, cache: str, encoding: Optional[str] = None) -> None:
         self.data = data
         self.etag = etag
         # A 304 repeats these of the 200 (RFC 9110, 15.4.5); Vary: the body depends on Accept-Encoding (12.5.5).
-        # One account's answer: a shared cache must not keep it, a client must revalidate (RFC 9111, 5.2.2).
-        cache = [("ETag", etag), ("Cache-Control", "private, no-cache"), ("X-Content-Type-Options", "nosniff")]
+        self.not_modified = [("ETag", etag), ("Cache-Control", cache), ("X-Content-Type-Options", "nosniff")]
         if vary:
-            cache.append(("Vary", "Accept-Encoding"))
-        self.not_modified = cache
-        self.headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))] + cache
+            self.not_modified.append(("Vary", "Accept-Encoding"))
+        self.headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))] + self.not_modified
         if encoding is not None:
             self.headers.append(("Content-Encoding", encoding))
 
 
 class Body:
     """One response body, encoded once per snapshot, gzipped on first demand.  Its ETag is a
-    digest of the bytes: any change, even one that keeps the length, is another tag."""
+    digest of the bytes: any change, even one that keeps the length, is another tag.
+
+    One account's lists: a shared cache must not keep them, a client must revalidate (RFC 9111,
+    5.2.2); signing keys are secrets, which no cache may store at all (``secret``: no-store)."""
 
     __slots__ = ("compressible", "identity", "_gzip")
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, secret: bool = False) -> None:
         self.compressible = len(data) >= GZIP_MIN
+        cache = "no-store" if secret else "private, no-cache"
         self.identity = Representation(data, '"%s"' % hashlib.blake2b(data, digest_size=16).hexdigest(),
-                                       self.compressible)
+                                       self.compressible, cache)
         self._gzip: Optional[Representation] = None
 
     def gzipped(self) -> Representation:
         """Return the gzip representation, compressing on first use."""
         if self._gzip is None:  # two threads may both compress it: the same bytes, and one is kept
             data = gzip.compress(self.identity.data, compresslevel=6, mtime=0)
-            self._gzip = Representation(data, self.identity.etag[:-1] + '-gzip"', True, "gzip")
+            self._gzip = Representation(data, self.identity.etag[:-1] + '-gzip"', True,
+                                        self.identity.not_modified[1][1], "gzip")
         return self._gzip
 
 
@@ -705,116 +257,47 @@ class Snapshot:
 
     def __init__(self, loaded: store.Store) -> None:
         self.store = loaded
-        self.lists = {
-            (account.token_sha256, path): self.encode(account, field, noun)
-            for account in loaded.accounts for path, (field, noun) in ROUTES.items()
-        }
+        self.lists = {(account.token_sha256, path): self.encode(account, field)
+                      for account in loaded.accounts for path, (field, _) in FIELDS.items()}
         self.items: Dict[Tuple[bytes, str, str], Body] = {}
 
-    def encode(self, account: store.Account, field: str, noun: Optional[str]) -> Optional[Body]:
+    def encode(self, account: store.Account, field: str) -> Optional[Body]:
         """The body of a collection, or of the signing keys (None if the account has none)."""
-        if noun is not None:
+        if field != "signing_keys":
             return Body(store.encode(getattr(account, field)))
-        keys = account.signing_keys or (DEV_SIGNING_KEYS if self.store.fallback_used else None)
-        if keys is None:
-            return None
-        return Body(json.dumps({"current": keys[0], "next": keys[1]}, separators=(",", ":")).encode())
+        # The dev token's account is answered the published dev keys, unless the file gives it its own.
+        keys = account.signing_keys or (DEV_SIGNING_KEYS if account.token_sha256 == _DEV_DIGEST else None)
+        return None if keys is None else Body(store.encode({"current": keys[0], "next": keys[1]}), secret=True)
 
     def item(self, account: store.Account, path: str, name: str) -> Body:
-        """Return the body of the item ``name`` in the collection at ``path``; raise NoSuchItem."""
+        """Return the body of the item ``name`` in the collection at ``path``; raise NotFound."""
         key = (account.token_sha256, path, name)
         body = self.items.get(key)
         if body is None:
-            field, noun = ROUTES[path]
+            field, noun = FIELDS[path]
             found = account.item(field, name)
             if found is None:
-                raise NoSuchItem(noun or field, name)
+                raise _no_such(noun, name)
             # Two threads may both encode it; the bytes are the same, and one copy is kept.
-            body = self.items.setdefault(key, Body(found.to_json().encode()))
+            body = self.items.setdefault(key, Body(store.encode(found)))
         return body
 
 
-def respond(environ: WSGIEnvironment, snapshot: Snapshot) -> Tuple[str, Headers, bytes]:
-    """Answer one request from ``snapshot``: route, method, auth, then the body."""
-    path_info = environ.get("PATH_INFO", "")
-    path = _PATHS.get(path_info)
-    name = None
-    if path is None:
-        path, name = _item_path(environ, path_info)
-    if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
-        raise MethodNotAllowed()
-    account = snapshot.store.find(_credential(environ))
-    if account is None:
-        raise Unauthorized("unknown token")
-    body = snapshot.lists[account.token_sha256, path] if name is None else snapshot.item(account, path, name)
-    if body is None:
-        raise NoSigningKeys()
-
-    chosen = body.identity
-    accept_encoding = environ.get("HTTP_ACCEPT_ENCODING")
-    if body.compressible and accept_encoding and _accepts_gzip(accept_encoding):
-        chosen = body.gzipped()
-    # Fresh lists each time: some servers (wsgiref) add their own headers to ours.
-    if_none_match = environ.get("HTTP_IF_NONE_MATCH")
-    if if_none_match and _matches(if_none_match, chosen.etag):
-        return "304 Not Modified", list(chosen.not_modified), b""
-    return "200 OK", list(chosen.headers), chosen.data
+# ---- Requests: the route, the credential, a write's body -----------------------------------------
 
 
-def health(environ: WSGIEnvironment, status: store.Status) -> Tuple[str, Headers, bytes]:
-    """Answer the health check: 200 while a good version of the data file is in service, else 503.
-
-    The body says which version (the SHA-256 of the file's bytes: the same on every replica that
-    serves the same file), when it was loaded, and whether the last look at the file failed
-    (``stale``) and when: never a fault, a name or anything else from the file.
-    """
-    if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
-        raise MethodNotAllowed()
-    ready = status.version is not None
-    document = {"status": "ok" if ready else "unavailable", "version": status.version,
-                "loadedAt": None if status.loaded_at is None else _utc(status.loaded_at),
-                "stale": status.failed_at is not None,
-                "failedAt": None if status.failed_at is None else _utc(status.failed_at)}
-    if ready:
-        return _json_answer(HTTPStatus.OK, document)
-    return _json_answer(HTTPStatus.SERVICE_UNAVAILABLE, document, [("Retry-After", "1")])
-
-
-def _json_answer(status: HTTPStatus, document: Any,
-                 headers: Sequence[Tuple[str, str]] = ()) -> Tuple[str, Headers, bytes]:
-    """An answer of its own (an error, the health check): compact JSON that no cache keeps."""
-    body = json.dumps(document, separators=(",", ":")).encode()
-    return "%d %s" % (status, status.phrase), [
-        ("Content-Type", "application/json"), ("Content-Length", str(len(body))), ("Cache-Control", "no-store"),
-        ("X-Content-Type-Options", "nosniff")] + list(headers), body
-
-
-def _item_path(environ: WSGIEnvironment, path_info: str) -> Tuple[str, str]:
-    """Split an item's path into its collection's path and the item's name; raise NotFound.
-
-    The name is the one segment after the collection's path (a trailing slash is dropped),
-    percent-decoded once.  In PATH_INFO, already decoded, an escaped slash (``%2F``) looks
-    like a separator: the raw URI, where the server passes it on, tells them apart (and an
-    escaped slash anywhere else makes it no path of ours).
-    """
-    parts = path_info.split("/", 3)  # "", "v2", "queues", "<name>" -- split once, look up twice
-    path = "/".join(parts[:3])
-    if len(parts) < 4 or ROUTES.get(path, (None, None))[1] is None:
-        raise NotFound()
-    raw = (environ.get("REQUEST_URI") or environ.get("RAW_URI") or "").partition("?")[0]  # waitress, uWSGI; gunicorn
-    if raw and unquote_to_bytes(_latin1(raw)).endswith(_latin1(path_info)):  # this request as it arrived
-        head, _, segment = (raw[:-1] if raw.endswith("/") else raw).rpartition("/")
-        if [unquote_to_bytes(_latin1(piece)) for piece in head.split("/")[-2:]] != [_latin1(p) for p in parts[1:3]]:
-            raise NotFound()
-        name = unquote_to_bytes(_latin1(segment))
-    else:  # no raw URI, or one that a dispatcher rewrote: PATH_INFO alone
-        name = _latin1(parts[3][:-1] if parts[3].endswith("/") else parts[3])
-        if b"/" in name:
-            raise NotFound()
-    if not name:
-        raise NotFound()
-    # Names are UTF-8 in the URL; bytes that are not cannot name anything, and stay visible as escapes.
-    return path, name.decode("utf-8", "backslashreplace")
+def _route(path_info: str) -> Tuple[str, Optional[str]]:
+    """Return the route of ``path_info`` (a trailing slash dropped) and the item's name in it; raise NotFound."""
+    path = path_info[:-1] if path_info.endswith("/") else path_info
+    if path in ROUTES:
+        return path, None
+    parts = path.split("/")  # "", "v2", "queues", "<name>"[, "pause"] -- split once, look up twice
+    if len(parts) in (4, 5) and parts[3]:
+        name, parts[3] = parts[3], "{name}"
+        route = "/".join(parts)
+        if route in ROUTES:
+            return route, name
+    raise NotFound()
 
 
 def _credential(environ: WSGIEnvironment) -> bytes:
@@ -911,30 +394,262 @@ def _matches(header: str, etag: str) -> bool:
     return False
 
 
-def _request_line(environ: WSGIEnvironment) -> str:
-    """Return 'METHOD /path?query' for the log: the path as it arrived, printable, short, no query value.
+def _body(environ: WSGIEnvironment) -> Dict[str, Any]:
+    """Return a write's JSON object (its Content-Type is not asked: neither SDK needs one); raise BadRequest."""
+    length = environ.get("CONTENT_LENGTH") or "0"
+    if not (length.isascii() and length.isdigit()) or len(length) > 9:
+        raise BadRequest("bad request: a Content-Length of a whole number of bytes is needed")
+    if int(length) > MAX_BODY:
+        raise HTTPError("payload too large: a write's body is at most %d bytes" % MAX_BODY,
+                        status=HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
+    raw = environ["wsgi.input"].read(int(length)) if int(length) else b""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise BadRequest("bad request: the body is not JSON") from None
+    if type(body) is not dict:
+        raise BadRequest("bad request: the body is not a JSON object")
+    return body
 
-    Every value is redacted (but LOGGED_QUERY_VALUES'), and so is a field whose name is no
-    plain name (a token pasted as the query); after LOGGED_QUERY_FIELDS fields, a count.
-    """
-    raw = (environ.get("REQUEST_URI") or environ.get("RAW_URI") or "").partition("?")[0]
-    if raw:  # escapes as sent: /v2/queues/a%2Fb is not /v2/queues/a/b
-        path = _printable(raw[:1000])
+
+def _field(body: Dict[str, Any], key: str, good: Callable[[Any], bool], expected: str) -> Any:
+    """Return ``body[key]`` if it is ``good``, else raise BadRequest naming the field and what it takes."""
+    value = body.get(key)
+    if good(value):
+        return value
+    got = store.encode(value).decode()[:60] if key in body else "nothing"
+    raise BadRequest("bad request: %s: expected %s, got %s" % (key, expected, got))
+
+
+def _endpoints(body: Dict[str, Any], adding: bool) -> List[Dict[str, str]]:
+    """The ``endpoints`` of a write: each with a url (an http or https URL) to add, a url or a name to remove."""
+    found = _field(body, "endpoints", lambda v: type(v) is list and v != [], "a non-empty array of endpoints")
+    endpoints = []
+    for i, value in enumerate(found):
+        given = {key: value[key] for key in ("name", "url") if value.get(key) not in (None, "")} \
+            if type(value) is dict else {}
+        expected = "an object with an absolute http or https url" + ("" if adding else ", or a name")
+        if (adding and "url" not in given) or not given or not all(
+                (store.is_http_url if key == "url" else store.is_text)(v) for key, v in given.items()):
+            raise BadRequest("bad request: endpoints[%d]: expected %s, and a printable name if any" % (i, expected))
+        endpoints.append(given)
+    return endpoints
+
+
+# ---- The WSGI app --------------------------------------------------------------------------------
+
+
+def respond(environ: WSGIEnvironment, source: store.DataFile[Snapshot]) -> Answer:
+    """Answer one request: route, method, name, auth, then the body (a read) or the change (a write)."""
+    route, name = _route(environ.get("PATH_INFO", ""))
+    method = environ.get("REQUEST_METHOD")
+    allowed = tuple(m for m in ROUTES[route] if source.writable or m == "GET")
+    if method not in allowed and not (method == "HEAD" and "GET" in allowed):
+        raise MethodNotAllowed(allowed + ("HEAD",) * ("GET" in allowed), method in ROUTES[route] or not allowed)
+    collection = route.split("/{")[0]
+    if name is not None and not store.is_name(name):
+        raise BadRequest("bad request: a %s's name has %s" % (FIELDS[collection][1], store.NAME_RULE))
+    snapshot = source.current()
+    if snapshot is None:
+        raise Unavailable()
+    account = snapshot.store.find(_credential(environ))
+    if account is None:
+        raise Unauthorized("unknown token")
+    if method not in ("GET", "HEAD"):
+        return write(environ, source, account, route, name)
+    body = snapshot.lists[account.token_sha256, route] if name is None else snapshot.item(account, collection, name)
+    if body is None:
+        raise NotFound("not found: the data file gives this account no signing keys (its signingKeys)",
+                       why="no signing keys")
+    chosen = body.identity
+    accept_encoding = environ.get("HTTP_ACCEPT_ENCODING")
+    if body.compressible and accept_encoding and _accepts_gzip(accept_encoding):
+        chosen = body.gzipped()
+    # Fresh lists each time: some servers (wsgiref) add their own headers to ours.
+    if_none_match = environ.get("HTTP_IF_NONE_MATCH")
+    if if_none_match and _matches(if_none_match, chosen.etag):
+        return "304 Not Modified", list(chosen.not_modified), b"", None
+    return "200 OK", list(chosen.headers), chosen.data, None
+
+
+def write(environ: WSGIEnvironment, source: store.DataFile[Snapshot], account: store.Account, route: str,
+          name: Optional[str]) -> Answer:
+    """Make one of QStash's writes to the token's account in the data file; answer the item as it is now."""
+    change: Callable[[Dict[str, Any], int], store.Change]
+    method, noun, name = environ.get("REQUEST_METHOD"), FIELDS[route.split("/{")[0]][1], name or ""
+    if route == "/v2/queues":
+        body = _body(environ)
+        name = _field(body, "queueName", store.is_name, "a name of " + store.NAME_RULE)
+        parallelism = _field(body, "parallelism", lambda v: store.is_whole(v) and v >= 1,
+                             "a whole number from 1 to 2**53 - 1")
+        paused = _field(body, "paused", lambda v: v is None or type(v) is bool, "true or false")
+        change = lambda account, now: store.upsert_queue(account, now, name, parallelism, paused)  # noqa: E731
+    elif route.endswith(("/pause", "/resume")):
+        change = lambda account, now: store.pause_queue(account, now, name, route.endswith("/pause"))  # noqa: E731
+    elif route.endswith("/endpoints"):
+        endpoints = _endpoints(_body(environ), method == "POST")
+        edit = store.add_endpoints if method == "POST" else store.remove_endpoints
+        change = lambda account, now: edit(account, now, name, endpoints)  # noqa: E731
     else:
-        path = _printable((environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", ""))[:1000], _PATH_SAFE)
+        kind = "urlGroups" if route.startswith("/v2/topics") else "queues"
+        change = lambda account, now: store.delete_item(account, now, kind, name)  # noqa: E731
+    try:
+        did, _ = source.update(account.token_sha256, change)
+    except store.Conflict as exc:
+        logger.error("%s; the write was refused and the file kept as it is", exc.faults[0] if exc.faults else exc)
+        raise HTTPError("conflict: the data file on the server was edited and does not load; nothing was written; "
+                        "the server log names the fault", status=HTTPStatus.CONFLICT, why="file invalid") from None
+    except store.TooLarge:
+        raise HTTPError("insufficient storage: the data file would be over the server's --max-size; nothing was "
+                        "written", status=HTTPStatus.INSUFFICIENT_STORAGE, why="too large") from None
+    except LookupError:
+        raise Unauthorized("account gone") from None
+    except store.DataError as exc:
+        logger.error("%s", exc.faults[0] if exc.faults else exc)
+        raise Unavailable("service unavailable: the data file cannot be written now; nothing was written; the "
+                          "server log says why", why="not written") from None
+    if did == "no such " + noun:
+        raise _no_such(noun, name)
+    snapshot = source.current()  # the write's own version, or a later one
+    fresh = None if snapshot is None else snapshot.store.by_digest.get(account.token_sha256)
+    item = None if fresh is None or not name else fresh.item(FIELDS[route.split("/{")[0]][0], name)
+    return _json_answer(HTTPStatus.OK, item or {}, why=did)
+
+
+def health(environ: WSGIEnvironment, status: store.Status) -> Answer:
+    """Answer the health check: 200 while a good version of the data file is in service, else 503.
+
+    The body says which version (the SHA-256 of the file's bytes: the same on every replica that
+    serves the same file), when it was loaded, and whether the file on disk is another version
+    that could not be served, or not yet (``stale``), and since when: never a fault, a name or
+    anything else from the file.
+    """
+    if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+        raise MethodNotAllowed(("GET", "HEAD"), False)
+    ready = status.version is not None
+    document = {"status": "ok" if ready else "unavailable", "version": status.version,
+                "loadedAt": None if status.loaded_at is None else _utc(status.loaded_at),
+                "stale": status.failed_at is not None,
+                "failedAt": None if status.failed_at is None else _utc(status.failed_at)}
+    if ready:
+        return _json_answer(HTTPStatus.OK, document)
+    return _json_answer(HTTPStatus.SERVICE_UNAVAILABLE, document, [("Retry-After", "1")])
+
+
+def create_app(source: store.DataFile[Snapshot], access_log: bool | AccessLog = True) -> WSGIApplication:
+    """Return the WSGI callable that serves the snapshots of ``source`` (and writes it, if it is writable).
+
+    ``access_log``: True logs each request to the ``qstash_lists.access`` logger at INFO, an
+    AccessLog writes it in batches (the command line's), False not at all.
+    """
+
+    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        started = time.perf_counter() if access_log else 0.0
+        exc_info = None
+        try:
+            if environ.get("PATH_INFO") in (HEALTH_PATH, HEALTH_PATH + "/"):  # a trailing slash, as on every path
+                status, headers, data, why = health(environ, source.status())
+            else:
+                status, headers, data, why = respond(environ, source)
+        except HTTPError as err:
+            status, headers, data, why = err.render()
+        except Exception:
+            logger.exception("error while answering %s", _request_line(environ))
+            status, headers, data, why = HTTPError().render()
+            exc_info = sys.exc_info()
+        start_response(status, headers, exc_info)
+        if environ.get("REQUEST_METHOD") == "HEAD":
+            data = b""  # the same headers as GET, errors included, and never a body (RFC 9110, 9.3.2)
+        if access_log:
+            ms = (time.perf_counter() - started) * 1000
+            noted = (status[:3], len(data), ms, "" if why is None else " (%s)" % why)
+            if access_log is not True:
+                access_log.note(time.time(), environ, *noted)
+            elif access_logger.isEnabledFor(logging.INFO):  # else the request line would be made for nothing
+                access_logger.info('%s "%s" %s %d %.2fms%s', environ.get("REMOTE_ADDR", "-"), _request_line(environ),
+                                   *noted)
+        if not data:
+            return []
+        file_wrapper = environ.get("wsgi.file_wrapper")
+        if file_wrapper is None or not str(getattr(file_wrapper, "__module__", "")).startswith(BY_REFERENCE):
+            return [data]
+        # By reference: what waits for a slow reader is the snapshot's bytes (BytesIO shares them), not a copy.
+        wrapped: Iterable[bytes] = file_wrapper(io.BytesIO(data))
+        return wrapped
+
+    return app
+
+
+# ---- The access log ------------------------------------------------------------------------------
+
+
+class AccessLog:
+    """The command line's access log: a request only notes what it did, and a thread of its own
+    formats the lines and writes them to ``stream`` in batches, a few times a second (the logging
+    module's way, a line a request, costs far more: tests/benchmark.py).  A stream that does not
+    keep up never holds a request or the stop back: past ACCESS_LOG_BACKLOG lines are dropped,
+    and counted in the log when it can be written again."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._entries: collections.deque[Tuple[Any, ...]] = collections.deque()
+        self._dropped = 0
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="qstash-lists access log", daemon=True)
+        self._thread.start()
+
+    def note(self, *entry: Any) -> None:
+        """Note one request: its time, environ, status, body size, milliseconds and why (a deque is thread-safe)."""
+        if len(self._entries) < ACCESS_LOG_BACKLOG:
+            self._entries.append(entry)
+        else:
+            self._dropped += 1  # not exact under races: a count for the operator, never a wait
+
+    def close(self) -> None:
+        """Write the lines noted so far, waiting at most ACCESS_LOG_CLOSE_TIMEOUT for the stream."""
+        self._closed.set()
+        self._thread.join(ACCESS_LOG_CLOSE_TIMEOUT)
+
+    def _run(self) -> None:
+        while not self._closed.wait(0.2):
+            self._write()
+        self._write()
+
+    def _write(self) -> None:
+        lines: List[str] = []
+        seconds: Dict[int, str] = {}  # a batch's lines share their seconds, and mostly their requests
+        requests: Dict[Tuple[Any, ...], str] = {}
+        while self._entries:
+            created, environ, status, size, ms, why = self._entries.popleft()
+            second = seconds.get(int(created)) or seconds.setdefault(int(created), _utc(int(created))[:-5])
+            asked = tuple(environ.get(key) for key in _LOGGED_ENVIRON)
+            request = requests.get(asked) or requests.setdefault(asked, _request_line(environ))
+            lines.append('%s.%03dZ %s "%s" %s %d %.2fms%s\n' % (second, int(created % 1 * 1000), asked[0] or "-",
+                                                                request, status, size, ms, why))
+        if self._dropped:
+            dropped, self._dropped = self._dropped, 0
+            lines.append("%s %d access log lines dropped: the log stream did not keep up\n" % (_utc(time.time()),
+                                                                                              dropped))
+        if lines:
+            try:  # to the descriptor: a write that blocks holds no lock that the interpreter's exit needs
+                os.write(self._stream.fileno(), "".join(lines).encode())
+            except (AttributeError, io.UnsupportedOperation):
+                self._stream.write("".join(lines))
+
+
+def _request_line(environ: WSGIEnvironment) -> str:
+    """Return 'METHOD /path?query' for the log: printable, short, and no query value (any may be a token).
+
+    A field whose name is no plain name (a token pasted as the query) is redacted whole; after
+    LOGGED_QUERY_FIELDS fields, a count.
+    """
+    path = _printable((environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", ""))[:1000])
     line = "%s %s" % (_printable(environ.get("REQUEST_METHOD", "")), path)
     query = environ.get("QUERY_STRING", "")
     if query:
         fields = query.split("&", LOGGED_QUERY_FIELDS)
-        shown = []
-        for field in fields[:LOGGED_QUERY_FIELDS]:
-            name, equals, value = field.partition("=")
-            if not equals or not _PARAMETER_NAME.fullmatch(name):
-                shown.append("[redacted]")
-            elif name in LOGGED_QUERY_VALUES:
-                shown.append(_printable(field[:100]))
-            else:
-                shown.append(name + "=[redacted]")
+        shown = [name + "=[redacted]" if equals and _PARAMETER_NAME.fullmatch(name) else "[redacted]"
+                 for name, equals, _ in (field.partition("=") for field in fields[:LOGGED_QUERY_FIELDS])]
         if len(fields) > LOGGED_QUERY_FIELDS:
             shown.append("[%d more]" % (fields[-1].count("&") + 1))
         line += "?" + "&".join(shown)
@@ -942,19 +657,321 @@ def _request_line(environ: WSGIEnvironment) -> str:
 
 
 #: What _request_line reads of the environ, and the client's address first.
-_LOGGED_ENVIRON = ("REMOTE_ADDR", "REQUEST_METHOD", "REQUEST_URI", "RAW_URI", "SCRIPT_NAME", "PATH_INFO",
-                   "QUERY_STRING")
+_LOGGED_ENVIRON = ("REMOTE_ADDR", "REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO", "QUERY_STRING")
 _PARAMETER_NAME = re.compile(r"[A-Za-z0-9_.%-]{1,24}")  # longer may be a token pasted as a name
-_QUERY_SAFE = "/!$&'()*+,;=:@-._~%[]"  # a raw query or path keeps its escapes
-_PATH_SAFE = _QUERY_SAFE.replace("%", "")  # a decoded path's "%" is itself escaped
 
 
-def _printable(text: str, safe: str = _QUERY_SAFE) -> str:
-    """Percent-encode all but printable ASCII in ``safe``, so a log line stays one line."""
-    return quote(_latin1(text), safe=safe)
+def _printable(text: str) -> str:
+    """Percent-encode all but printable ASCII, so a log line stays one line (a decoded "%" is escaped too)."""
+    return quote(_latin1(text), safe="/!$&'()*+,;=:@-._~[]")
 
 
-# Helpers ------------------------------------------------------------------------------------------
+# ---- Settings and make_app -----------------------------------------------------------------------
+
+
+class Setting(NamedTuple):
+    """A setting's option and environment variable (either may be None), default, parser and help."""
+
+    option: Optional[str]
+    env: Optional[str]
+    default: Optional[str]
+    parse: Callable[[str], Any]
+    help: str
+
+
+def _token(text: str) -> str:
+    if text.startswith("Bearer "):
+        raise ValueError("drop the word 'Bearer': the variable holds the token alone")
+    problem = store.check_token(text)
+    if problem is not None:
+        raise ValueError(problem)
+    return text
+
+
+def _whole(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not (text.isascii() and text.isdigit() and len(text) <= len(str(high))) or not low <= int(text) <= high:
+            raise ValueError("expected a whole number from %d to %d" % (low, high))
+        return int(text)
+
+    return parse
+
+
+def _size(text: str) -> int:
+    digits, unit = (text[:-1], text[-1].upper()) if text[-1:].isalpha() else (text, "")
+    if unit not in ("", "K", "M", "G") or not (digits.isascii() and digits.isdigit() and len(digits) <= 10) \
+            or not 1 <= int(digits) << {"": 0, "K": 10, "M": 20, "G": 30}[unit] <= 1 << 32:
+        raise ValueError("expected a size in bytes from 1 to 4G, such as 64M (K, M or G may follow the number)")
+    return int(digits) << {"": 0, "K": 10, "M": 20, "G": 30}[unit]
+
+
+def _http_url(text: str) -> str:
+    if not text.startswith(("http://", "https://")) or not text.isprintable() or " " in text:
+        raise ValueError("expected an http or https URL such as https://qstash.upstash.io")
+    return text.rstrip("/")
+
+
+def _seconds(text: str) -> float:
+    value = float(text) if text.isascii() and text.replace(".", "", 1).isdigit() and len(text) < 20 else 0.0
+    if not 0.01 <= value <= 3600:
+        raise ValueError("expected a number of seconds from 0.01 to 3600")
+    return value
+
+
+def _switch(text: str) -> bool:
+    if text.lower() not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
+        raise ValueError("expected 1 or 0 (true or false)")
+    return text.lower() in ("1", "true", "yes", "on")
+
+
+#: Every setting, read in one place (read_settings) by main, make_app and --help, as waitress's
+#: Adjustments are: the command line wins over the environment, which wins over the default.
+SETTINGS: Dict[str, Setting] = {
+    "data": Setting("--data", "QSTASH_LISTS_DATA", "data.json", str, "the data file"),
+    "token": Setting(None, "QSTASH_TOKEN", None, _token,
+                     "the token of a one-account data file (without it, on loopback only, the dev token "
+                     "that 'qstash dev' documents)"),
+    "writable": Setting(None, "QSTASH_LISTS_WRITABLE", "0", _switch,
+                        "1: take QStash's writes of URL groups and queues, saved to the data file (--writable)"),
+    "max_size": Setting("--max-size", "QSTASH_LISTS_MAX_SIZE", "64M", _size,
+                        "refuse a data file larger than this many bytes; K, M or G may follow"),
+    "interval": Setting("--interval", "QSTASH_LISTS_INTERVAL", "1", _seconds,
+                        "seconds between looks at the data file (SIGHUP: look now)"),
+    "stop_timeout": Setting("--stop-timeout", "QSTASH_LISTS_STOP_TIMEOUT", "10", _seconds,
+                            "seconds the answers in flight may take to finish after SIGTERM or Ctrl-C"),
+    "upstream": Setting("--upstream", "QSTASH_LISTS_UPSTREAM", "https://qstash.upstash.io", _http_url,
+                        "the QStash API that --record reads"),
+    "record_timeout": Setting("--record-timeout", "QSTASH_LISTS_RECORD_TIMEOUT", "30", _seconds,
+                              "seconds --record may take to fetch the account, in all"),
+    "host": Setting("--host", None, "127.0.0.1", str, "address to listen on"),
+    "port": Setting("--port", None, "8080", _whole(0, 65535), "port; 0 picks a free one"),
+    "threads": Setting("--threads", None, "8", _whole(1, MAX_THREADS), "waitress worker threads"),
+}
+
+
+class ConfigError(Exception):
+    """A setting that cannot be used: one line that names it and says what it expects."""
+
+
+def read_settings(environ: Mapping[str, str], args: Optional[argparse.Namespace] = None) -> Dict[str, Any]:
+    """Return every setting, parsed (``args``: what the command line gave, None where nothing).
+
+    Raise ConfigError naming the first bad one; its value is never repeated: it may be a secret.
+    """
+    settings = {}
+    for key, setting in SETTINGS.items():
+        text, source = getattr(args, key, None), setting.option
+        if text is None and setting.env is not None and setting.env in environ:
+            text, source = environ[setting.env], setting.env
+        if text is None:
+            text = setting.default
+        try:
+            if text == "":
+                raise ValueError("empty; give a value, or unset it for the default")
+            settings[key] = None if text is None else setting.parse(text)
+        except ValueError as exc:
+            raise ConfigError("%s: %s" % (source, exc)) from None
+    return settings
+
+
+def open_data(path: str, token: Optional[str], interval: float = 1.0, *, fallback: Optional[str] = None,
+              max_size: int = store.DEFAULT_MAX_SIZE, required: bool = True,
+              writable: bool = False) -> store.DataFile[Snapshot]:
+    """Load the data file at ``path`` and keep it fresh (see :class:`store.DataFile`).
+
+    ``token`` is a one-account file's (``fallback`` if None; see :func:`store.parse`).  Raise
+    DataError if the file is bad, unless not ``required``: then the app answers 503 until it is good.
+    """
+    return store.DataFile(path, lambda raw: Snapshot(store.parse(raw, path, token, fallback)), interval,
+                          max_size=max_size, required=required, writable=writable)
+
+
+def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
+    """Build the app from the environment (the variables of SETTINGS): the factory for servers.
+
+    It cannot know its address, so it never falls back to the dev token.  What only the
+    environment can fix (a bad setting, a one-account file without QSTASH_TOKEN) stops the
+    server: one line on stderr and SystemExit(3), which gunicorn takes for a worker that
+    failed to boot, not one to boot again.  A bad or missing data file does not: the app
+    answers 503 until it is good.  Where nobody handles SIGHUP, it makes the reloader look now.
+    """
+    uwsgi = sys.modules.get("uwsgi")
+    if uwsgi is not None:  # uWSGI forks its workers from C, where no os.register_at_fork hook runs
+        previous = getattr(uwsgi, "post_fork_hook", None)
+        uwsgi.post_fork_hook = lambda: [store.after_fork(), previous and previous()]  # type: ignore[attr-defined,func-returns-value]
+    # uWSGI sets its handlers from C, out of Python's sight: SIGHUP there is uWSGI's to handle.
+    elif (hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGHUP) == signal.SIG_DFL):
+        signal.signal(signal.SIGHUP, _wake_all)
+    try:
+        settings = read_settings(os.environ if environ is None else environ)
+        data = _open(settings, None, required=True)
+    except (ConfigError, store.TokenMissing) as exc:
+        print(exc, file=sys.stderr)
+        raise SystemExit(3) from None
+    except store.DataError:
+        data = _open(settings, None, required=False)  # logged; answered with 503 until it is good
+    except KeyboardInterrupt:  # Ctrl-C during the first load: a stop, not a traceback
+        raise SystemExit(130) from None
+    return create_app(data)
+
+
+def _open(settings: Mapping[str, Any], fallback: Optional[str], required: bool) -> store.DataFile[Snapshot]:
+    return open_data(settings["data"], settings["token"], settings["interval"], fallback=fallback,
+                     max_size=settings["max_size"], required=required, writable=settings["writable"])
+
+
+# ---- The command line and serving ----------------------------------------------------------------
+
+
+def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, str]] = None) -> int:
+    """Run the command line: serve under waitress, ``--check`` a data file, ``--record`` one, or print ``--example``."""
+    env = os.environ if environ is None else environ
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.example:
+        print(json.dumps(store.EXAMPLE, indent=2))
+        return 0
+    try:
+        settings = read_settings(env, args)
+    except ConfigError as exc:
+        return _fail([str(exc)])
+    settings["writable"] = settings["writable"] or args.write
+    path = settings["data"]
+    _handle_signals()  # before the first load or a recording: a signal must neither kill half-way nor trace back
+    if args.record:
+        return _record(settings, args.signing_keys)
+    # The dev token stands in for QSTASH_TOKEN only where no one else can reach the server.
+    fallback = DEV_TOKEN if args.check or is_loopback(settings["host"]) else None
+    try:
+        if args.check:  # one read and one parse: no bodies to encode, no reloader
+            loaded = store.load(path, settings["token"], fallback, settings["max_size"])
+            print("%s: OK: %s" % (path, loaded.summary()))
+            for line in loaded.warnings(path):
+                print(line, file=sys.stderr)
+            return 0
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_UTCFormatter("%(asctime)s %(message)s"))
+        logging.basicConfig(level=logging.INFO, handlers=[handler])
+        # waitress warns "Task queue depth is N" for each request that waits for a thread, from the thread
+        # that serves every connection: a burst is thousands of lines, and a slow stderr stalls everyone.
+        logging.getLogger("waitress.queue").setLevel(logging.ERROR)
+        data = _open(settings, fallback, required=True)
+    except store.TokenMissing as exc:
+        return _fail(exc.faults + ["The built-in dev token serves only a loopback address."])
+    except store.DataError as exc:
+        if os.path.lexists(path):
+            return _fail(exc.faults)
+        return _fail(["%s: no such file; to start from the example: %s --example > %s"
+                      % (os.path.abspath(path), parser.prog, path)])
+    try:
+        return _serve(settings, args.quiet, data)
+    finally:
+        data.close()
+
+
+def _serve(settings: Mapping[str, Any], quiet: bool, data: store.DataFile[Snapshot]) -> int:
+    """Serve ``data`` under waitress until SIGTERM or Ctrl-C."""
+    try:
+        from waitress import create_server
+    except ImportError:
+        return _fail(["waitress is not installed: python -m pip install waitress"])
+    host, port = settings["host"], settings["port"]
+    socket_map: Dict[int, Any] = {}  # ours, single socket or several, so that _run can see every connection
+    access = None if quiet else AccessLog(sys.stderr)
+    try:
+        server = create_server(create_app(data, access_log=access or False), map=socket_map, host=host,
+                               port=port, threads=settings["threads"], **WAITRESS_SETTINGS)
+    except (OSError, ValueError) as exc:
+        return _fail(["cannot listen on %s port %d: %s; stop what uses it, or choose another port "
+                      "(--port 0 picks a free one)" % (host, port, exc)])
+    listening = getattr(server, "effective_listen", None) or [(server.effective_host, server.effective_port)]
+    urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in listening]  # "localhost": 2
+    snapshot = data.current()
+    assert snapshot is not None  # open_data raised otherwise
+    print("\n".join(_banner(settings, snapshot.store, urls, listening[0][1], data.writable)))
+    sys.stdout.flush()
+    try:
+        _run(server, socket_map, settings["stop_timeout"])
+    finally:
+        if access is not None:
+            access.close()  # the lines of the requests answered, unless the stream does not take them
+    return 0
+
+
+def _banner(settings: Mapping[str, Any], loaded: store.Store, urls: List[str], port: Any, writable: bool) -> List[str]:
+    """What to paste into the shell where the SDKs run, and whether the JS SDK's dev mode finds this server."""
+    lines = ["qstash-lists %s serving %s (%s) on %s%s" % (__version__, settings["data"], loaded.summary(),
+                                                          " ".join(urls), ", writable" if writable else ""),
+             "export QSTASH_URL=%s" % urls[0]]
+    if not loaded.single_account:
+        lines.append("# QSTASH_TOKEN: accounts from the data file; use your account's token")
+    elif loaded.fallback_used:
+        lines.append("export QSTASH_TOKEN=%s  # the built-in dev token: QSTASH_TOKEN is not set (loopback only)"
+                     % DEV_TOKEN)
+        if loaded.accounts[0].signing_keys is None:  # published constants, as `qstash dev` prints them
+            lines.append("export QSTASH_CURRENT_SIGNING_KEY=%s\nexport QSTASH_NEXT_SIGNING_KEY=%s" % DEV_SIGNING_KEYS)
+    else:
+        lines.append("# QSTASH_TOKEN: the one set in this server's environment (not shown)")
+    # The JS SDK's QSTASH_DEV=1 asks 127.0.0.1:8080 (or QSTASH_DEV_PORT) for the dev token's signing keys.
+    why_not = ("this server does not listen on 127.0.0.1" if not is_loopback(settings["host"]) else
+               "no account here has the dev token" if loaded.find(DEV_TOKEN.encode()) is None else
+               "" if int(port) == 8080 else "set QSTASH_DEV_PORT=%s where the SDK runs" % port)
+    lines.append("# the JS SDK's dev mode (QSTASH_DEV=1): " + (why_not or "finds this server"))
+    return lines
+
+
+def _run(server: Any, socket_map: Dict[int, Any], stop_timeout: float) -> None:
+    """Serve until SIGTERM or SIGINT, then stop gracefully: refuse new connections, close idle
+    ones, and let the answers in flight finish, for at most ``stop_timeout`` seconds.  That reads
+    waitress's channels; a waitress without them stops as waitress.serve does, at once."""
+    try:
+        from waitress import wasyncore
+        from waitress.channel import HTTPChannel
+        from waitress.server import BaseWSGIServer
+    except ImportError:
+        logger.warning("this waitress has no channels as 3.0 has: SIGTERM stops at once, not gracefully")
+        try:
+            server.run()
+        finally:
+            server.close()
+        return
+    deadline: List[float] = []
+
+    def stop(signum: int, frame: Any) -> None:
+        deadline[:] = deadline or [time.monotonic() + stop_timeout]  # a handler only notes it
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while not deadline:
+        wasyncore.loop(timeout=0.5, map=socket_map, use_poll=True, count=1)
+    for listener in [d for d in socket_map.values() if isinstance(d, BaseWSGIServer)]:
+        wasyncore.dispatcher.close(listener)  # not BaseWSGIServer.close: the threads still need the trigger
+    while time.monotonic() < deadline[0]:
+        channels = [d for d in socket_map.values() if isinstance(d, HTTPChannel)]
+        if not channels:
+            break
+        for channel in channels:  # between requests: nothing in flight to finish
+            if not (getattr(channel, "request", None) or getattr(channel, "requests", ())
+                    or getattr(channel, "total_outbufs_len", 0)):
+                channel.will_close = True
+        wasyncore.loop(timeout=0.1, map=socket_map, use_poll=True, count=1)
+    server.task_dispatcher.shutdown()
+
+
+def _handle_signals() -> None:
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, _wake_all)
+
+
+def _stop(signum: int, frame: Any) -> None:
+    raise SystemExit(0)  # before serving, nothing is in flight: stop now, on every way out (while serving, _run)
+
+
+def _wake_all(signum: int, frame: Any) -> None:
+    store.wake_all()  # SIGHUP: every reloader looks now (a signal handler only sets events)
 
 
 def is_loopback(host: str) -> bool:
@@ -971,21 +988,6 @@ class _UTCFormatter(logging.Formatter):
     def formatTime(self, record: logging.LogRecord, datefmt: Optional[str] = None) -> str:  # noqa: N802
         """Return the record's time as 2026-11-23T18:41:39.123Z."""
         return _utc(record.created)
-
-
-class _OncePer(logging.Filter):
-    """Pass on a record if none has passed in the last ``seconds``."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__()
-        self._seconds = seconds
-        self._next = 0.0
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.created < self._next:
-            return False
-        self._next = record.created + self._seconds
-        return True
 
 
 def _utc(created: float) -> str:
@@ -1008,7 +1010,7 @@ def _parser() -> argparse.ArgumentParser:
         prog=_program(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Serve QStash's URL groups and queues (GET /v2/topics, /v2/queues and one of each "
-                    "by name) from a JSON data file.",
+                    "by name; with --writable, their writes too) from a JSON data file.",
         epilog="environment (the command line wins; nothing else is read):\n  " + "\n  ".join(environment)
                + "\nsignals: SIGHUP makes the server look at the data file at once; SIGTERM or Ctrl-C stops it.",
     )
@@ -1017,11 +1019,15 @@ def _parser() -> argparse.ArgumentParser:
             default = ("$%s, else %s" % (setting.env, setting.default)) if setting.env else setting.default
             parser.add_argument(setting.option, dest=key, metavar=key.upper(),
                                 help="%s (default: %s)" % (setting.help, default))
+    parser.add_argument("--writable", action="store_true", dest="write",
+                        help="take QStash's writes of URL groups and queues, saved to the data file (default: "
+                             "read-only, or $QSTASH_LISTS_WRITABLE)")
     parser.add_argument("--quiet", action="store_true", help="no access log (default: log each request)")
-    parser.add_argument("--check", action="store_true", help="validate the data file, print a summary and exit")
-    parser.add_argument("--example", action="store_true", help="print an example data file and exit")
-    parser.add_argument("--record", action="store_true",
-                        help="write the data file from the account of QSTASH_TOKEN at QSTASH_URL, and exit")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="validate the data file, print a summary and exit")
+    mode.add_argument("--example", action="store_true", help="print an example data file and exit")
+    mode.add_argument("--record", action="store_true",
+                      help="write the data file from the account of QSTASH_TOKEN at --upstream, and exit")
     parser.add_argument("--signing-keys", action="store_true",
                         help="with --record: record the account's signing keys too (secrets; default: not)")
     parser.add_argument("--version", action="version", version="%(prog)s " + __version__)
@@ -1031,6 +1037,112 @@ def _parser() -> argparse.ArgumentParser:
 def _fail(lines: Sequence[str]) -> int:
     print("\n".join(lines), file=sys.stderr)
     return 2
+
+
+# ---- --record: a copy of a real account ----------------------------------------------------------
+
+
+def _record(settings: Mapping[str, Any], signing_keys: bool) -> int:
+    """--record: fetch the account of QSTASH_TOKEN from --upstream and write it to the data file.
+
+    Fields the file format does not hold are left out (and named, never their values); the file
+    is checked as a served one would be and written by the one writer (store.record), or left as
+    it was.  The fetching has one deadline in all (--record-timeout), whatever the API does: a
+    drip-fed or endless answer, a slow name lookup, a loop of redirects.  Never prints the token.
+    """
+    token, base, path, timeout = settings["token"], settings["upstream"], settings["data"], settings["record_timeout"]
+    if token is None:
+        return _fail(["QSTASH_TOKEN is not set: --record reads the account whose token it is"])
+    asking = ["/v2/topics"]  # the request in flight, for the message if time runs out
+    outcome: List[Any] = []  # the document and the names left out, or the ConfigError
+
+    def download() -> None:
+        dropped: set[str] = set()
+        document: Dict[str, Any] = {}
+        try:
+            for key, route in (("urlGroups", "/v2/topics"), ("queues", "/v2/queues")):
+                asking[:] = [route]
+                answer = _fetch(base, route, token, settings["max_size"], timeout)
+                if type(answer) is not list or not all(type(item) is dict for item in answer):
+                    raise ConfigError("%s%s: expected a JSON array of objects; is --upstream (QSTASH_LISTS_UPSTREAM) "
+                                      "the QStash API?"
+                                      % (base, route))
+                document[key] = [store.from_api(item, key, dropped) for item in answer]
+            if signing_keys:
+                asking[:] = ["/v2/keys"]
+                answer = _fetch(base, "/v2/keys", token, settings["max_size"], timeout)
+                document["signingKeys"] = {k: answer.get(k) for k in ("current", "next")} if type(answer) is dict \
+                    else {}
+            outcome.append((document, dropped))
+        except ConfigError as exc:
+            outcome.append(exc)
+
+    # A thread of its own, which the process leaves behind if time runs out: a socket timeout
+    # bounds each read, not a whole answer, and nothing bounds a name lookup.
+    worker = threading.Thread(target=download, name="qstash-lists --record", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        return _fail(["GET %s%s: no whole answer within %g s (--record-timeout, QSTASH_LISTS_RECORD_TIMEOUT); "
+                      "%s is unchanged" % (base, asking[0], timeout, path)])
+    if isinstance(outcome[0], ConfigError):
+        return _fail([str(outcome[0]) + "; %s is unchanged" % path])
+    document, dropped = outcome[0]
+    if dropped:
+        print("%s: left out what a data file does not hold: %s" % (path, ", ".join(sorted(dropped))), file=sys.stderr)
+    try:
+        loaded = store.record(path, document, token, settings["max_size"])
+    except store.DataError as exc:
+        return _fail(exc.faults + ["%s is unchanged" % path])
+    print("%s: recorded %s from %s" % (path, loaded.summary(), base))
+    return 0
+
+
+def _fetch(base: str, route: str, token: str, max_size: int, timeout: float) -> Any:
+    """GET ``route`` of the QStash API at ``base``: its JSON, or ConfigError saying what happened and what to do."""
+    request = urllib.request.Request(base + route, headers={"Authorization": "Bearer " + token})
+    where = "GET %s%s" % (base, route)
+    fix = "is --upstream (QSTASH_LISTS_UPSTREAM) the QStash API?"
+    try:
+        with urllib.request.build_opener(_NoRedirects).open(request, timeout=timeout) as response:
+            if response.headers.get("Server") == WAITRESS_SETTINGS["ident"]:
+                raise ConfigError("%s: that is a qstash-lists server, not QStash; set --upstream "
+                                  "(QSTASH_LISTS_UPSTREAM) to QStash's API, such as https://qstash.upstash.io" % where)
+            chunks, total = [], 0
+            while total <= max_size:  # never the whole limit at once: it may be gigabytes
+                chunk = response.read(min(max_size + 1 - total, 1 << 20))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                total += len(chunk)
+    except urllib.error.HTTPError as exc:
+        if exc.headers.get("Server") == WAITRESS_SETTINGS["ident"]:
+            fix = "that is a qstash-lists server, not QStash; set --upstream (QSTASH_LISTS_UPSTREAM) to QStash's API"
+        elif exc.code in (401, 403):
+            fix = "check QSTASH_TOKEN"
+        elif exc.code >= 500:
+            fix = "try again later"
+        elif 300 <= exc.code < 400:  # the token goes to --upstream only, never on to where it points
+            fix = "not followed; %s (%s)" % (fix, exc.headers.get("Location", "no Location"))
+        raise ConfigError("%s: answered %d %s; %s" % (where, exc.code, exc.reason, fix)) from None
+    except (urllib.error.URLError, OSError, UnicodeError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ConfigError("%s: no answer (%s); check --upstream (QSTASH_LISTS_UPSTREAM) and the network"
+                          % (where, reason)) from None
+    except http.client.HTTPException as exc:  # an answer cut short or malformed
+        raise ConfigError("%s: a broken answer (%s); try again later" % (where, type(exc).__name__)) from None
+    if total > max_size:
+        raise ConfigError("%s: the answer is over %s (--max-size)" % (where, store.megabytes(max_size)))
+    try:
+        return json.loads(b"".join(chunks))
+    except (ValueError, RecursionError) as exc:
+        what = "nested too deeply" if isinstance(exc, RecursionError) else "not JSON"
+        raise ConfigError("%s: the answer is %s; %s" % (where, what, fix)) from None
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any) -> None:
+        return None  # urllib would send the Authorization header on to any host: an error instead
 
 
 if __name__ == "__main__":

@@ -1,54 +1,35 @@
-"""The data behind qstash-lists: load, validate and watch the JSON data file.
+"""The data behind qstash-lists: load, validate, watch and write the JSON data file.
 
 The file holds one account (``{"urlGroups": [...], "queues": [...]}``, whose token the
 caller supplies) or several (``{"accounts": [{"token": ...}, ...]}``).  It becomes
 dataclasses, or a :class:`DataError` that lists every fault with its exact place.
-:func:`read` never blocks, and :class:`DataFile` keeps the last good snapshot of a file
-that people edit while it is served.  Nothing here knows about HTTP.  From the shell:
-``python app.py --check --data FILE``.
+:class:`DataFile` keeps the last good snapshot of a file that people edit while it is
+served, and is its one writer (:meth:`DataFile.update`, :func:`record`).  Nothing here
+knows about HTTP.  From the shell: ``python app.py --check --data FILE``.
 """
 
 import contextlib
-import gc
 import hashlib
 import json
 import logging
 import os
 import re
 import stat
-import tempfile
 import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from json.encoder import encode_basestring as _json_string  # the json module's string escaper
-from operator import itemgetter
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Generic,
-    List,
-    Mapping,
-    NamedTuple,
-    Optional,
-    Sequence,
-    Set,
-    Tuple,
-    TypeVar,
-    Union,
-    cast,
-)
+from typing import Any, Callable, Generic, Iterator, Mapping, NamedTuple, Optional, Sequence, TypeVar, Union, cast
 from urllib.parse import urlsplit
 
-__all__ = ["Account", "DataError", "DataFile", "Endpoint", "FileChanging", "Queue", "Status", "Store",
-           "TokenMissing", "UrlGroup", "check_token", "encode", "load", "megabytes", "parse", "read", "record",
-           "wake_all"]
+__all__ = ["Account", "Conflict", "DataError", "DataFile", "Endpoint", "FileChanging", "Queue", "Status", "Store",
+           "TokenMissing", "TooLarge", "UrlGroup", "check_token", "from_api", "load", "megabytes", "parse", "read",
+           "record", "wake_all"]
 
 logger = logging.getLogger("qstash_lists")
 
 #: The shipped data.json (``python app.py --example`` prints it): a starter file of one account.
-EXAMPLE: Dict[str, Any] = {"urlGroups": [
+EXAMPLE: dict[str, Any] = {"urlGroups": [
     {"createdAt": 1700000000000, "updatedAt": 1700000500000, "name": "orders", "endpoints": [
         {"name": "billing", "url": "https://billing.example.com/hooks/orders"},
         {"name": "shipping", "url": "https://shipping.example.com/hooks/orders"}]},
@@ -74,28 +55,35 @@ _YEAR_2001_MS = 978307200000
 MAX_FAULTS = 50
 #: How often a file that changes while it is read is read again, in one look, before giving up.
 READ_ATTEMPTS = 4
+#: How long a write waits for another process's write to the same file before it gives up.
+LOCK_TIMEOUT = 10.0
 _READ_CHUNK = 1 << 24
-_GROUP_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+#: QStash's rule for the names of URL groups and queues (its OpenAPI document: a 400 otherwise).
+NAME_RULE = "only letters, digits, '-', '.' and '_'"
+_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _TOKEN = re.compile(r"[!-~]+")  # visible ASCII: what fits in "Bearer <token>"
-#: The fields a data file holds of each kind of object (``--record`` keeps these of QStash's answers).
-FIELDS = {"urlGroups": ("createdAt", "updatedAt", "name", "endpoints"), "endpoints": ("url", "name"),
-          "queues": ("createdAt", "updatedAt", "name", "parallelism", "lag", "paused")}
-_QUEUE_FIELDS = itemgetter("createdAt", "updatedAt", "name", "parallelism", "lag")
+#: The fields a data file holds of each kind of object, in QStash's order: required, then optional.
+FIELDS = {"urlGroups": (("createdAt", "updatedAt", "name", "endpoints"), ()), "endpoints": (("url",), ("name",)),
+          "queues": (("createdAt", "updatedAt", "name", "parallelism", "lag"), ("paused",)),
+          "accounts": ((), ("token", "tokenSha256", "urlGroups", "queues", "signingKeys")),
+          "signingKeys": (("current", "next"), ()), "(top level)": ((), ("urlGroups", "queues", "signingKeys",
+                                                                                  "accounts"))}
+_KEYS = {kind: (frozenset(required), frozenset(required + optional)) for kind, (required, optional) in FIELDS.items()}
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFDIR: "a directory",
           stat.S_IFSOCK: "a socket", stat.S_IFBLK: "a block device"}
-_GROUP_FIELDS = itemgetter("createdAt", "updatedAt", "name", "endpoints")
 
 T = TypeVar("T")
+R = TypeVar("R")
 #: What tells one version of a file from another: inode, device, size, mtime and ctime.  A
 #: writer can set the mtime back (``cp -p``, ``tar``, reproducible builds), never the ctime.
-Signature = Tuple[int, int, int, int, int]
+Signature = tuple[int, int, int, int, int]
 
 
 class DataError(Exception):
-    """A data file that cannot be served: ``faults``, one line each, and the ``signature`` judged (see read)."""
+    """A data file that cannot be served or written: ``faults``, one line each, and the ``signature`` judged."""
 
-    def __init__(self, faults: List[str], signature: Optional[Signature] = None) -> None:
+    def __init__(self, faults: list[str], signature: Optional[Signature] = None) -> None:
         super().__init__("\n".join(faults))
         self.faults = faults
         self.signature = signature
@@ -109,9 +97,18 @@ class FileChanging(DataError):
     """The file changed each time it was read: a writer is busy with it."""
 
 
+class Conflict(DataError):
+    """A write found the file on disk in a state it must not overwrite (it does not load)."""
+
+
+class TooLarge(DataError):
+    """A write would make the file larger than its size limit."""
+
+
+# ---- The data: dataclasses, one loaded file ------------------------------------------------------
 # Endpoint, UrlGroup and Queue are not frozen (a frozen dataclass sets each field through
 # object.__setattr__, which at 100,000 queues costs about as much as parsing the file), but
-# nothing changes them once loaded.  Each writes itself as the API's compact JSON (see encode).
+# nothing changes them once loaded.
 
 
 @dataclass
@@ -121,11 +118,9 @@ class Endpoint:
     url: str
     name: Optional[str] = None
 
-    def to_json(self) -> str:
-        """Return the API's JSON object; ``name`` is left out when there is none."""
-        if self.name is None:
-            return '{"url":%s}' % _json_string(self.url)
-        return '{"name":%s,"url":%s}' % (_json_string(self.name), _json_string(self.url))
+    def to_dict(self) -> dict[str, Any]:
+        """The API's object; ``name`` is left out when there is none."""
+        return {"url": self.url} if self.name is None else {"name": self.name, "url": self.url}
 
 
 @dataclass
@@ -135,13 +130,12 @@ class UrlGroup:
     created_at: int
     updated_at: int
     name: str
-    endpoints: Tuple[Endpoint, ...] = ()
+    endpoints: tuple[Endpoint, ...] = ()
 
-    def to_json(self) -> str:
-        """Return the API's JSON object."""
-        return '{"createdAt":%d,"updatedAt":%d,"name":%s,"endpoints":[%s]}' % (
-            self.created_at, self.updated_at, _json_string(self.name),
-            ",".join([endpoint.to_json() for endpoint in self.endpoints]))
+    def to_dict(self) -> dict[str, Any]:
+        """The API's object, keys in QStash's order."""
+        return {"createdAt": self.created_at, "updatedAt": self.updated_at, "name": self.name,
+                "endpoints": [endpoint.to_dict() for endpoint in self.endpoints]}
 
 
 @dataclass
@@ -155,24 +149,19 @@ class Queue:
     lag: int
     paused: bool = False
 
-    def to_json(self) -> str:
-        """Return the API's JSON object."""
-        return '{"createdAt":%d,"updatedAt":%d,"name":%s,"parallelism":%d,"lag":%d,"paused":%s}' % (
-            self.created_at, self.updated_at, _json_string(self.name), self.parallelism, self.lag,
-            "true" if self.paused else "false")
-
-
-def encode(items: Sequence[Union[UrlGroup, Queue]]) -> bytes:
-    """Return the API's JSON array of ``items``: compact UTF-8, keys in QStash's order.
-
-    The objects are written from templates, and their strings by the json module's
-    own escaper: the same bytes as ``json.dumps`` of the equivalent dicts (a test
-    holds them to that), in under half the time at 100,000 queues.
-    """
-    return ("[%s]" % ",".join([item.to_json() for item in items])).encode()
+    def to_dict(self) -> dict[str, Any]:
+        """The API's object, keys in QStash's order."""
+        return {"createdAt": self.created_at, "updatedAt": self.updated_at, "name": self.name,
+                "parallelism": self.parallelism, "lag": self.lag, "paused": self.paused}
 
 
 Item = Union[UrlGroup, Queue]
+
+
+def encode(document: Any) -> bytes:
+    """Return ``document`` as the API writes it: compact UTF-8 JSON (items as their ``to_dict``)."""
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                      default=lambda item: item.to_dict()).encode()
 
 
 @dataclass(frozen=True)
@@ -181,17 +170,17 @@ class Account:
 
     # Only the digest is kept, and it stays out of repr: a weak token could be guessed from it.
     token_sha256: bytes = field(repr=False)
-    url_groups: Tuple[UrlGroup, ...] = ()
-    queues: Tuple[Queue, ...] = ()
+    url_groups: tuple[UrlGroup, ...] = ()
+    queues: tuple[Queue, ...] = ()
     #: "url_groups" / "queues" -> {name: position}: finding one item by name is one lookup.
     names: Mapping[str, Mapping[str, int]] = field(default_factory=dict, repr=False, compare=False)
     #: (current, next): the account's signing keys, if the file gives them.  Secrets: never in a repr.
-    signing_keys: Optional[Tuple[str, str]] = field(default=None, repr=False)
+    signing_keys: Optional[tuple[str, str]] = field(default=None, repr=False)
 
     def item(self, kind: str, name: str) -> Optional[Item]:
         """Return the item of ``kind`` ("url_groups" or "queues") named ``name``, or None."""
         position = self.names.get(kind, {}).get(name)
-        items: Tuple[Item, ...] = getattr(self, kind)
+        items: tuple[Item, ...] = getattr(self, kind)
         return None if position is None else items[position]
 
 
@@ -199,7 +188,7 @@ class Account:
 class Store:
     """Every account of one loaded data file, found by the SHA-256 digest of its token."""
 
-    accounts: Tuple[Account, ...]
+    accounts: tuple[Account, ...]
     #: The file holds one account ({"urlGroups": ..., "queues": ...}), not a list of accounts.
     single_account: bool = False
     #: ... and is served with the fallback token because no token was given (see parse).
@@ -218,14 +207,14 @@ class Store:
         """
         return self.by_digest.get(hashlib.sha256(token).digest())
 
-    def warnings(self, source: str) -> List[str]:
+    def warnings(self, source: str) -> list[str]:
         """Return what looks wrong in a valid file, one line each: no account, times in seconds."""
         if not self.accounts:
             return ["%s: warning: no account at all: every request will get 401" % source]
         early = []  # before 2001 as milliseconds: most likely seconds
         for i, account in enumerate(self.accounts):
             prefix = "" if self.single_account else "accounts[%d]." % i
-            kinds: Tuple[Tuple[str, Sequence[Item]], ...] = (("urlGroups", account.url_groups),
+            kinds: tuple[tuple[str, Sequence[Item]], ...] = (("urlGroups", account.url_groups),
                                                               ("queues", account.queues))
             for kind, items in kinds:
                 early += ["%s%s[%d].%s" % (prefix, kind, j, name) for j, item in enumerate(items)
@@ -254,34 +243,44 @@ def check_token(token: str) -> Optional[str]:
     return None
 
 
-def record(path: str, document: Dict[str, Any], token: str) -> Store:
-    """Check ``document`` as a one-account data file for ``token``, then write it to ``path`` whole.
-
-    It goes to a temporary file beside ``path``, flushed, then renamed over it, so a server
-    watching ``path`` reads the old version or the new, never half.  Raise DataError (one line
-    each) and leave ``path`` as it was.
-    """
-    raw = (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode()
-    loaded = parse(raw, path, token)
-    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".qstash-lists-")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(raw)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise DataError(["%s: cannot write: %s" % (path, exc.strerror or exc)]) from None
-    return loaded
-
-
 def megabytes(size: int) -> str:
     """Return a size for a message: in MB (of 2**20 bytes, as ``--max-size 64M``), or in bytes below 0.1 MB."""
     if size < 0x19999:
         return "%d bytes" % size
     return ("%.1f" % (size / 0x100000)).removesuffix(".0") + " MB"
+
+
+# ---- The rules, each written once; the checker judges every value by them ------------------------
+
+
+def is_whole(value: Any) -> bool:
+    """A JSON integer (not true, not 1.0) from 0 to 2**53 - 1: what a JavaScript client reads exactly."""
+    return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER
+
+
+def is_name(value: Any) -> bool:
+    """A URL group's or a queue's name: letters, digits, '_', '-' and '.' only (QStash's rule)."""
+    return type(value) is str and _NAME.fullmatch(value) is not None
+
+
+def is_text(value: Any) -> bool:
+    """An endpoint's name, a signing key: a non-empty string of printable characters."""
+    return type(value) is str and value != "" and value.isprintable()
+
+
+def is_http_url(value: Any) -> bool:
+    """An absolute http or https URL with a host, printable, without spaces."""
+    if type(value) is not str or not value.isprintable() or " " in value:
+        return False
+    try:
+        parts = urlsplit(value)
+        _ = parts.port  # raises ValueError on a port that is not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+# ---- Loading: parse and check ---------------------------------------------------------------------
 
 
 def load(path: str, token: Optional[str], fallback: Optional[str] = None,
@@ -297,28 +296,13 @@ def parse(raw: bytes, source: str, token: Optional[str], fallback: Optional[str]
     that is None (then ``fallback_used``), or raises TokenMissing if both are; a file that
     lists accounts names their tokens itself.
     """
-    try:
-        text = raw.decode("utf-8-sig")  # an editor's byte-order mark is harmless
-    except UnicodeDecodeError as exc:
-        raise DataError(["%s: not UTF-8 text: %s at byte %d" % (source, exc.reason, exc.start)]) from None
-    try:
-        try:
-            document = json.loads(text)
-        except ValueError as exc:
-            if isinstance(exc, json.JSONDecodeError):
-                raise
-            # Python 3.11+ refuses an integer of over 4,300 digits with a ValueError that names no place:
-            # only then parse again, keeping long integers out of int(), so the checker can say where.
-            document = json.loads(text, parse_int=_parse_int)
-    except json.JSONDecodeError as exc:
-        fault = "line %d, column %d: invalid JSON: %s" % (exc.lineno, exc.colno, exc.msg)
-        raise DataError(["%s: %s" % (source, fault)]) from None
-    except RecursionError:
-        raise DataError(["%s: invalid JSON: nested too deeply" % source]) from None
     checker = _Checker()
-    accounts = checker.document(document, fallback if token is None else token)
+    accounts = checker.document(_json(raw, source), fallback if token is None else token)
     if checker.faults:
-        raise DataError(checker.report(source))
+        lines = ["%s: %s" % (source, fault) for fault in checker.faults[:MAX_FAULTS]]
+        if len(checker.faults) > MAX_FAULTS:
+            lines.append("%s: ... and %d more" % (source, len(checker.faults) - MAX_FAULTS))
+        raise DataError(lines)
     fallback_used = checker.single_account and token is None
     if fallback_used and fallback is None:
         raise TokenMissing(["%s: holds a single account, and QSTASH_TOKEN is not set: set it to the token its "
@@ -326,7 +310,263 @@ def parse(raw: bytes, source: str, token: Optional[str], fallback: Optional[str]
     return Store(accounts, checker.single_account, fallback_used)
 
 
-def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> Tuple[bytes, Signature]:
+_TWICE: Any = object()  # the key, in an object that gave some key twice, of the keys given twice
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object as json.loads builds it, and the keys it gave more than once under _TWICE (not JSON's)."""
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        value[_TWICE] = sorted({key for key, _ in pairs if sum(key == k for k, _ in pairs) > 1})
+    return value
+
+
+def _json(raw: bytes, source: str) -> Any:
+    """The JSON document ``raw`` of the data file ``source``, or a DataError that says where it is not."""
+    try:
+        text = raw.decode("utf-8-sig")  # an editor's byte-order mark is harmless
+    except UnicodeDecodeError as exc:
+        raise DataError(["%s: not UTF-8 text: %s at byte %d" % (source, exc.reason, exc.start)]) from None
+    if not text.strip():
+        raise DataError(["%s: empty: a data file is a JSON object (python app.py --example prints one)" % source])
+    try:
+        try:
+            return json.loads(text, object_pairs_hook=_pairs)
+        except ValueError as exc:
+            if isinstance(exc, json.JSONDecodeError):
+                raise
+            # Python 3.11+ refuses an integer of over 4,300 digits with a ValueError that names no place:
+            # only then parse again, keeping long integers out of int(), so the checker can say where.
+            return json.loads(text, object_pairs_hook=_pairs, parse_int=_parse_int)
+    except json.JSONDecodeError as exc:
+        before = text[:exc.pos].rstrip()
+        message = exc.msg
+        if before.endswith(",") and text[exc.pos:exc.pos + 1] in "]}":
+            message = "a comma before the closing '%s' (JSON allows none)" % text[exc.pos]
+        raise DataError(["%s: line %d, column %d: invalid JSON: %s" % (source, exc.lineno, exc.colno, message)]) \
+            from None
+    except RecursionError:
+        raise DataError(["%s: invalid JSON: nested too deeply" % source]) from None
+
+
+class _Checker:
+    """Turns the parsed document into dataclasses, judging each value once by the rules above and
+    noting every fault.  A place (``"accounts[1].queues[3].lag"``) is spelled out only for a fault:
+    each element is built by a method that takes its array's place and its index."""
+
+    def __init__(self) -> None:
+        self.faults: list[str] = []
+        self.single_account = False
+
+    def fault(self, array: str, i: Optional[int], key: Optional[str], message: str) -> None:
+        where = array if i is None else "%s[%d]" % (array, i)
+        if key is not None:
+            if len(key) > 60 or not key.isprintable():  # a key from the file: keep the line short and whole
+                key = _show(key)
+            where = key if where == "(top level)" else "%s.%s" % (where, key)
+        self.faults.append("%s: %s" % (where, message))
+
+    def document(self, value: Any, token: Optional[str]) -> tuple[Account, ...]:
+        if type(value) is dict and "accounts" in value:
+            for key in value:
+                if key != "accounts":
+                    self.fault("(top level)", None, key, "unknown key next to 'accounts' (a file lists accounts, "
+                               "or holds 'urlGroups' and 'queues' of one account, not both)")
+            built = self.each(value["accounts"], "accounts", self.account, {})
+            return tuple(account for account in built if account is not None)
+        top = self.fields(value, "(top level)", None, "(top level)")
+        if top is None:
+            return ()
+        self.single_account = True
+        digest = b"" if token is None else hashlib.sha256(token.encode()).digest()
+        return (self.collections(top, "", digest),)
+
+    def each(self, value: Any, array: str, build: Callable[..., Any], seen: dict[Any, int]) -> tuple[Any, ...]:
+        """Build every element of the array ``value`` (one with a fault becomes None: never served)."""
+        if type(value) is not list:
+            self.fault(array, None, None, "expected an array, got %s" % _show(value))
+            return ()
+        return tuple([build(item, array, i, seen) for i, item in enumerate(value)])
+
+    def fields(self, value: Any, array: str, i: Optional[int], kind: str) -> Optional[dict[str, Any]]:
+        """Return ``value`` if it is an object; say which of its keys are unknown, missing or given twice."""
+        required, known = _KEYS[kind]
+        if type(value) is dict and required <= value.keys() <= known:
+            return value
+        if type(value) is not dict:
+            self.fault(array, i, None, "expected an object, got %s" % _show(value))
+            return None
+        for key in value:
+            if key is _TWICE:
+                for twice in value[_TWICE]:
+                    self.fault(array, i, twice, "given twice in one object (only one is allowed)")
+            elif key not in known:
+                expected = ", ".join("'%s'" % name for name in FIELDS[kind][0] + FIELDS[kind][1])
+                self.fault(array, i, key, "unknown key (expected %s)" % expected)
+        for key in FIELDS[kind][0]:
+            if key not in value:
+                self.fault(array, i, key, "missing")
+        return value  # what is there is judged too: every fault of an item is reported
+
+    def whole(self, item: dict[str, Any], array: str, i: int, key: str) -> Optional[int]:
+        """Return the value of ``key`` if it is whole (see is_whole), else None and say why (unless missing)."""
+        value = item.get(key, _MISSING)
+        if is_whole(value):
+            return cast(int, value)
+        if value is _MISSING:
+            pass
+        elif _is_long(value):
+            self.fault(array, i, key, "integer too long (more than %d digits)" % MAX_DIGITS)
+        elif type(value) is not int or value < 0:
+            self.fault(array, i, key, "expected a non-negative integer, got %s" % _show(value))
+        else:
+            self.fault(array, i, key, "expected an integer no larger than %d (2**53 - 1), got %d"
+                       % (MAX_SAFE_INTEGER, value))
+        return None
+
+    def times(self, item: dict[str, Any], array: str, i: int) -> tuple[Optional[int], Optional[int]]:
+        created, updated = self.whole(item, array, i, "createdAt"), self.whole(item, array, i, "updatedAt")
+        if created is not None and updated is not None and created > updated:
+            self.fault(array, i, "updatedAt", "expected a time not before createdAt (%d), got %d" % (created, updated))
+            return None, None
+        return created, updated
+
+    def name(self, item: dict[str, Any], array: str, i: int, seen: dict[str, int], rule: Callable[[Any], bool]) -> Any:
+        """Return the item's name if it keeps ``rule`` (is_name or is_text) and is new in the array, else None."""
+        value = item.get("name", _MISSING)
+        if rule(value) and value not in seen:
+            seen[value] = i
+            return value
+        if value is _MISSING:
+            return None
+        if type(value) is not str or not value:
+            self.fault(array, i, "name", "expected a non-empty string, got %s" % _show(value))
+        elif not rule(value):
+            self.fault(array, i, "name", "expected %s, got %s" % (NAME_RULE if rule is is_name else
+                       "printable characters (no control characters, line breaks or lone surrogates)", _show(value)))
+        else:
+            self.fault(array, i, "name", "duplicate name %s (also at %s[%d].name)" % (_show(value), array, seen[value]))
+        return None
+
+    def account(self, value: Any, array: str, i: int, digests: dict[bytes, int]) -> Optional[Account]:
+        item = self.fields(value, array, i, "accounts")
+        if item is None:
+            return None
+        digest = self.token(item, array, i)
+        if digest is None:
+            return None
+        if digest in digests:
+            self.fault(array, i, None, "same token as %s[%d]" % (array, digests[digest]))
+        else:
+            digests[digest] = i
+        return self.collections(item, "%s[%d]." % (array, i), digest)
+
+    def token(self, item: dict[str, Any], array: str, i: int) -> Optional[bytes]:
+        if ("token" in item) == ("tokenSha256" in item):
+            self.fault(array, i, None, "expected exactly one of 'token' or 'tokenSha256'")
+            return None
+        if "token" in item:
+            value = item["token"]
+            problem = check_token(value) if type(value) is str else "expected a string"
+            if problem is not None:
+                self.fault(array, i, "token", problem)  # never the value: it is meant to be a secret
+                return None
+            return hashlib.sha256(value.encode()).digest()
+        value = item["tokenSha256"]
+        if type(value) is not str or not _SHA256_HEX.fullmatch(value):
+            # Never show the value either: it may be the token itself, pasted in the wrong field.
+            got = "a string of %d characters" % len(value) if type(value) is str else _show(value)
+            self.fault(array, i, "tokenSha256", "expected 64 hexadecimal digits (a SHA-256 digest, printf %%s "
+                       "TOKEN | sha256sum), got %s" % got)
+            return None
+        return bytes.fromhex(value)
+
+    def collections(self, item: dict[str, Any], prefix: str, digest: bytes) -> Account:
+        # The names seen while checking each array become the account's index by name.
+        names: dict[str, dict[str, int]] = {"url_groups": {}, "queues": {}}
+        groups = self.each(item.get("urlGroups", []), prefix + "urlGroups", self.url_group, names["url_groups"])
+        queues = self.each(item.get("queues", []), prefix + "queues", self.queue, names["queues"])
+        keys, value = None, item.get("signingKeys")
+        if value is not None and type(value) is not dict:  # never the value: signing keys are secrets
+            self.fault(prefix + "signingKeys", None, None, "expected an object with 'current' and 'next'")
+        elif value is not None and self.fields(value, prefix + "signingKeys", None, "signingKeys") is not None:
+            for key in ("current", "next"):
+                if not is_text(value.get(key, "-")):  # missing is said already
+                    self.fault(prefix + "signingKeys", None, key, "expected a non-empty printable string")
+            keys = (value.get("current", ""), value.get("next", ""))
+        return Account(digest, groups, queues, names, keys)
+
+    def url_group(self, value: Any, array: str, i: int, seen: dict[str, int]) -> Optional[UrlGroup]:
+        item = self.fields(value, array, i, "urlGroups")
+        if item is None:
+            return None
+        created, updated = self.times(item, array, i)
+        name = self.name(item, array, i, seen, is_name)
+        endpoints = self.each(item.get("endpoints", []), "%s[%d].endpoints" % (array, i), self.endpoint, {})
+        if created is None or updated is None or name is None or "endpoints" not in item:
+            return None  # the fault is noted; the whole document will be refused
+        return UrlGroup(created, updated, name, endpoints)
+
+    def endpoint(self, value: Any, array: str, i: int, seen: dict[str, int]) -> Optional[Endpoint]:
+        item = self.fields(value, array, i, "endpoints")
+        if item is None:
+            return None
+        url = item.get("url", _MISSING)
+        if not is_http_url(url) and url is not _MISSING:
+            self.fault(array, i, "url", "expected an absolute http or https URL, got %s" % _show(url))
+        if "name" not in item:
+            return Endpoint(url)
+        return Endpoint(url, self.name(item, array, i, seen, is_text))
+
+    def queue(self, value: Any, array: str, i: int, seen: dict[str, int]) -> Optional[Queue]:
+        item = self.fields(value, array, i, "queues")
+        if item is None:
+            return None
+        created, updated = self.times(item, array, i)
+        name = self.name(item, array, i, seen, is_name)
+        parallelism = self.whole(item, array, i, "parallelism")
+        lag = self.whole(item, array, i, "lag")
+        paused = item.get("paused", False)
+        if type(paused) is not bool:
+            self.fault(array, i, "paused", "expected true or false, got %s" % _show(paused))
+        if created is None or updated is None or name is None or parallelism is None or lag is None:
+            return None  # the fault is noted; the whole document will be refused
+        return Queue(created, updated, name, parallelism, lag, paused)
+
+
+_MISSING: Any = object()  # a key the object does not have (its fault is said once, as missing)
+
+
+def _show(value: Any) -> str:
+    """Name a JSON value in a fault message, briefly."""
+    if _is_long(value):
+        return "an integer of more than %d digits" % MAX_DIGITS
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    text = json.dumps(value, ensure_ascii=False)
+    if not text.isprintable():  # a line break or a lone surrogate: escape all but ASCII
+        text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+_LONG: Any = object()  # stands for an integer literal too long to turn into an int (see _json)
+
+
+def _parse_int(text: str) -> Any:
+    return _LONG if len(text) > MAX_DIGITS + 1 else int(text)
+
+
+def _is_long(value: Any) -> bool:
+    """Tell whether ``value`` is an integer of more than MAX_DIGITS digits, on every Python."""
+    return value is _LONG or (type(value) is int and not -_TOO_LONG < value < _TOO_LONG)
+
+
+# ---- Reading: never blocks, never half a version --------------------------------------------------
+
+
+def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> tuple[bytes, Signature]:
     """Return the bytes of the data file at ``path`` and the signature of the version read.
 
     Never blocks: opened with O_NONBLOCK, it must be a regular file (so no FIFO or device)
@@ -336,23 +576,9 @@ def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> Tuple[bytes, Signature]
     judged (None when the file could not be opened, or kept changing).
     """
     for _ in range(READ_ATTEMPTS):
+        fd = _open(path)
         try:
-            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-        except OSError as exc:
-            raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
-        try:
-            before = os.fstat(fd)
-            judged = _signature(before)
-            if not stat.S_ISREG(before.st_mode):
-                kind = _KINDS.get(stat.S_IFMT(before.st_mode), "not a plain file")
-                raise DataError(["%s: cannot read: not a regular file but %s" % (path, kind)], judged)
-            if before.st_size > max_size:
-                raise DataError(["%s: cannot read: %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE)"
-                                 % (path, megabytes(before.st_size), megabytes(max_size))], judged)
-            raw = _read_at_most(fd, max_size)
-            if raw is None:
-                raise DataError(["%s: cannot read: grew past the limit of %s while being read "
-                                 "(--max-size, QSTASH_LISTS_MAX_SIZE)" % (path, megabytes(max_size))], judged)
+            raw, judged = _read_open(fd, path, max_size)
             after = os.fstat(fd)
         except OSError as exc:
             raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
@@ -363,6 +589,259 @@ def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> Tuple[bytes, Signature]
             return raw, judged
         time.sleep(0.02)  # give the writer a moment
     raise FileChanging(["%s: changed each time it was read (%d times); looking again later" % (path, READ_ATTEMPTS)])
+
+
+def _open(path: str) -> int:
+    try:
+        return os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        try:  # a socket cannot even be opened: name it, as fstat would
+            kind = _KINDS.get(stat.S_IFMT(os.stat(path).st_mode))
+        except OSError:
+            kind = None
+        reason = "not a regular file but %s" % kind if kind else exc.strerror or str(exc)
+        raise DataError(["%s: cannot read: %s" % (path, reason)]) from None
+
+
+def _read_open(fd: int, path: str, max_size: int) -> tuple[bytes, Signature]:
+    """Read the open file ``fd`` whole, if it is a regular file of at most ``max_size`` bytes."""
+    before = os.fstat(fd)
+    judged = _signature(before)
+    if not stat.S_ISREG(before.st_mode):
+        kind = _KINDS.get(stat.S_IFMT(before.st_mode), "not a plain file")
+        raise DataError(["%s: cannot read: not a regular file but %s" % (path, kind)], judged)
+    if before.st_size > max_size:
+        raise DataError(["%s: cannot read: %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE)"
+                         % (path, megabytes(before.st_size), megabytes(max_size))], judged)
+    raw = _read_at_most(fd, max_size)
+    if raw is None:
+        raise DataError(["%s: cannot read: grew past the limit of %s while being read "
+                         "(--max-size, QSTASH_LISTS_MAX_SIZE)" % (path, megabytes(max_size))], judged)
+    return raw, judged
+
+
+def _read_at_most(fd: int, limit: int) -> Optional[bytes]:
+    """Read ``fd`` to its end (which may be past what fstat said); None if that is more than ``limit`` bytes."""
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = os.read(fd, min(limit - total + 1, _READ_CHUNK))
+        if not chunk:
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        total += len(chunk)
+        if total > limit:
+            return None
+        chunks.append(chunk)
+
+
+def _stat(path: str) -> Optional[Signature]:
+    try:
+        return _signature(os.stat(path))
+    except OSError:
+        return None
+
+
+def _signature(st: os.stat_result) -> Signature:
+    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+# ---- Writing: the one writer, for writes and --record alike ---------------------------------------
+
+
+@contextlib.contextmanager
+def _locked(path: str, max_size: int) -> Iterator[tuple[str, bytes, os.stat_result]]:
+    """Hold the lock every writer on this machine takes, and yield the file's target, bytes and stat.
+
+    The lock is an exclusive ``flock`` on the data file itself (a symlink's target): a writer
+    replaces the file, so one who got the lock on a version since replaced lets go and takes the
+    new one.  What is read under it is the latest version.  Waits at most LOCK_TIMEOUT.
+    """
+    import fcntl  # POSIX only: writes need it, reads do not
+
+    target = os.path.realpath(path)
+    deadline = time.monotonic() + LOCK_TIMEOUT
+    pause = 0.001
+    while True:
+        fd = _open(target)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise DataError(["%s: another process kept the file locked for %g s; nothing was written"
+                                     % (path, LOCK_TIMEOUT)]) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+                continue
+            try:
+                st = os.fstat(fd)
+                raw = _read_open(fd, path, max_size)[0] if _stat(target) == _signature(st) else None
+            except OSError as exc:
+                raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
+            if raw is not None:  # else a writer replaced the file since it was opened: take the new one
+                yield target, raw, st
+                return
+        finally:
+            os.close(fd)  # lets go of the lock
+
+
+def _replace(target: str, raw: bytes, old: Optional[os.stat_result], source: str) -> None:
+    """Write ``raw`` to a temporary file beside ``target``, fsync'd, with the old file's mode and
+    owner, and rename it over ``target``: a reader sees the old version or the new, never half.
+    The temporary file is removed on every way out, SystemExit from a signal handler included."""
+    directory, name = os.path.split(target)
+    temporary = os.path.join(directory, ".%s.qstash-lists-tmp" % name)  # one name: a leftover is reused
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+        try:
+            if old is not None:
+                os.fchmod(fd, stat.S_IMODE(old.st_mode))
+                with contextlib.suppress(PermissionError):  # only root can give a file away
+                    os.fchown(fd, old.st_uid, old.st_gid)
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(temporary, target)
+        with contextlib.suppress(OSError):  # the rename itself on disk: best effort (not every file system)
+            dir_fd = os.open(directory or ".", os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+    except OSError as exc:
+        raise DataError(["%s: cannot write: %s (%s); it is unchanged" % (source, exc.strerror or exc,
+                                                                        exc.filename or target)]) from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+
+
+def _dump(document: Any, source: str, max_size: int) -> bytes:
+    """The bytes of a data file that holds ``document`` (indented JSON), if they fit in ``max_size``."""
+    raw = (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode()
+    if len(raw) > max_size:
+        raise TooLarge(["%s: would be %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE); it is unchanged"
+                        % (source, megabytes(len(raw)), megabytes(max_size))])
+    return raw
+
+
+def record(path: str, document: dict[str, Any], token: str, max_size: int = DEFAULT_MAX_SIZE) -> Store:
+    """Check ``document`` as a one-account data file for ``token``, then write it to ``path`` whole
+    (see _replace), under the writers' lock if the file is there.  Raise DataError and leave it as it was."""
+    raw = _dump(document, path, max_size)
+    loaded = parse(raw, path, token)
+    if not os.path.lexists(path):
+        _replace(os.path.realpath(path), raw, None, path)
+        return loaded
+    with _locked(path, max_size) as (target, _, old):
+        _replace(target, raw, old, path)
+    return loaded
+
+
+def from_api(item: dict[str, Any], kind: str, dropped: set[str]) -> dict[str, Any]:
+    """The fields of one of QStash's answers that a data file holds; the names of the others go into ``dropped``."""
+    required, optional = FIELDS[kind]
+    kept = {key: value for key, value in item.items() if key in required + optional}
+    dropped.update("%s.%s" % (kind, key) for key in item if key not in kept)
+    if kind == "urlGroups" and type(kept.get("endpoints")) is list:
+        kept["endpoints"] = [from_api(e, "endpoints", dropped) if type(e) is dict else e for e in kept["endpoints"]]
+    if kind == "endpoints" and kept.get("name") in ("", None):
+        kept.pop("name", None)  # QStash writes an endpoint without a name as "" or null: here it has none
+    return kept
+
+
+# ---- The changes a write makes to one account's object in the document ---------------------------
+# Each returns what it did, for the access log ("no such queue" when there is nothing to change),
+# and whether the file changes.  Times are Unix milliseconds; updatedAt never before createdAt.
+
+
+Change = tuple[str, bool]
+
+
+def _find(items: list[dict[str, Any]], name: str) -> Optional[dict[str, Any]]:
+    return next((item for item in items if item.get("name") == name), None)
+
+
+def upsert_queue(account: dict[str, Any], now: int, name: str, parallelism: int, paused: Optional[bool]) -> Change:
+    """Create the queue ``name``, or update its parallelism and (if given) paused; createdAt is kept."""
+    queue = _find(account.setdefault("queues", []), name)
+    if queue is None:
+        account["queues"].append({"createdAt": now, "updatedAt": now, "name": name, "parallelism": parallelism,
+                                  "lag": 0, "paused": bool(paused)})
+        return "queue created", True
+    queue.update(updatedAt=max(now, queue["createdAt"]), parallelism=parallelism)
+    queue["paused"] = queue.get("paused", False) if paused is None else paused
+    return "queue updated", True
+
+
+def pause_queue(account: dict[str, Any], now: int, name: str, paused: bool) -> Change:
+    """Pause or resume the queue ``name``: a change only if it was not already so."""
+    queue = _find(account.get("queues", []), name)
+    if queue is None:
+        return "no such queue", False
+    if queue.get("paused", False) == paused:
+        return "already " + ("paused" if paused else "running"), False
+    queue.update(updatedAt=max(now, queue["createdAt"]), paused=paused)
+    return "paused" if paused else "resumed", True
+
+
+def delete_item(account: dict[str, Any], now: int, kind: str, name: str) -> Change:
+    """Delete the URL group or queue ``name`` (``kind`` "urlGroups" or "queues"): nothing to do if there is none."""
+    item = _find(account.get(kind, []), name)
+    if item is None:
+        return "not there", False
+    account[kind].remove(item)
+    return "deleted", True
+
+
+def add_endpoints(account: dict[str, Any], now: int, name: str, endpoints: list[dict[str, str]]) -> Change:
+    """Add ``endpoints`` to the URL group ``name``, creating it: a named one replaces the one of its name,
+    an unnamed one is added unless the group has the same URL without a name."""
+    group = _find(account.setdefault("urlGroups", []), name)
+    if group is None:
+        group = {"createdAt": now, "updatedAt": now, "name": name, "endpoints": []}
+        account["urlGroups"].append(group)
+    for endpoint in endpoints:
+        group["endpoints"] = [e for e in group["endpoints"] if e.get("name") != endpoint.get("name")
+                              or ("name" not in e and e["url"] != endpoint["url"])] + [endpoint]
+    group["updatedAt"] = max(now, group["createdAt"])
+    return "endpoints added", True
+
+
+def remove_endpoints(account: dict[str, Any], now: int, name: str, endpoints: list[dict[str, str]]) -> Change:
+    """Remove from the URL group ``name`` each endpoint that has every field given (url, name or both);
+    a group left with none is deleted, as QStash does."""
+    group = _find(account.get("urlGroups", []), name)
+    if group is None:
+        return "no such URL group", False
+    kept = [e for e in group["endpoints"] if not any(all(e.get(k) == v for k, v in gone.items()) for gone in endpoints)]
+    if len(kept) == len(group["endpoints"]):
+        return "no endpoint matched", False
+    if not kept:
+        account["urlGroups"].remove(group)
+        return "endpoints removed, URL group deleted", True
+    group.update(updatedAt=max(now, group["createdAt"]), endpoints=kept)
+    return "endpoints removed", True
+
+
+def _account_of(document: dict[str, Any], digest: bytes) -> Optional[dict[str, Any]]:
+    """The object in ``document`` of the account whose token's digest is ``digest`` (the one-account form: it)."""
+    if "accounts" not in document:
+        return document
+    for account in document["accounts"]:
+        token = account.get("token")
+        if (hashlib.sha256(token.encode()).digest() if token is not None
+                else bytes.fromhex(account["tokenSha256"])) == digest:
+            return cast(dict[str, Any], account)
+    return None
+
+
+# ---- Watching: the snapshot in service ------------------------------------------------------------
 
 
 class Status(NamedTuple):
@@ -377,34 +856,36 @@ class Status(NamedTuple):
 
 
 class DataFile(Generic[T]):
-    """The last good snapshot of a data file that may change while it is served.
+    """The last good snapshot of a data file that may change while it is served, and its one writer.
 
     A reloader thread looks at the file's signature every ``interval`` seconds and, when it
     changed, reads the file and builds a new snapshot with ``build(raw)`` aside, then puts it
     in service whole: requests only read :meth:`current` and never wait.  A version that
-    cannot be read or built (DataError) is logged once, and the last good snapshot stays
-    (:meth:`status` says which version is in service, and whether the last look failed).
-    :meth:`wake` asks for a look now, changed or not (SIGHUP); :meth:`close` stops the thread.
-    Each process has its own reloader: a forked one starts it at the fork, or at its first
-    :meth:`current` where no fork hook ran (uWSGI), and looks at once.  The first load is the
-    constructor's: its DataError is raised if ``required``, else logged, and :meth:`current`
-    returns None until a good version appears.
+    cannot be read or built (DataError) is logged when the fault starts and when it ends, and
+    the last good snapshot stays (:meth:`status` says which version is in service, and whether
+    the file on disk differs).  :meth:`wake` asks for a look now, changed or not (SIGHUP);
+    :meth:`close` stops the thread.  Each process has its own reloader: a forked one starts it
+    at the fork (os.register_at_fork, or :func:`after_fork` from a server's own hook) and looks
+    at once.  The first load is the constructor's: its DataError is raised if ``required``,
+    else logged, and :meth:`current` returns None until a good version appears.
+    ``writable``: :meth:`update` writes the file, and :meth:`current` first looks whether
+    another process has, so that a write is seen by the next read in every process.
     """
 
     def __init__(self, path: str, build: Callable[[bytes], T], interval: float = 1.0, *,
-                 max_size: int = DEFAULT_MAX_SIZE, required: bool = True) -> None:
+                 max_size: int = DEFAULT_MAX_SIZE, required: bool = True, writable: bool = False) -> None:
         if interval <= 0:
             raise ValueError("interval must be positive")
         self.path = path
         self.interval = interval
         self.max_size = max_size
+        self.writable = writable
         self._build = build
-        #: The signature of the version last judged, the snapshot in service and its Status: one owner, _load.
-        self._state: Tuple[Optional[Signature], Optional[T], Status] = (None, None, Status())
-        self._pid = 0  # the process whose reloader runs: none yet
-        self._next_check = 0.0  # when current() next asks whether this is still that process
-        self._starting: Dict[int, int] = {}  # pid -> the thread that starts that process's reloader
+        #: The signature of the version last judged, the snapshot in service and its Status: one owner, _put.
+        self._state: tuple[Optional[Signature], Optional[T], Status] = (None, None, Status())
+        self._fault: Optional[str] = None  # the first line of the fault last logged, until it ends
         self._closed = False
+        self._forked = False
         fault = self._load()
         if fault is not None:
             if required:
@@ -415,15 +896,16 @@ class DataFile(Generic[T]):
 
     def current(self) -> Optional[T]:
         """Return the newest good snapshot (None only if there has never been one)."""
-        if time.monotonic() >= self._next_check:  # once a second: is this a fork that ran no hook (uWSGI)?
-            self._next_check = time.monotonic() + 1.0
-            if self._pid != os.getpid() and not self._closed:
-                self._start()
+        if self.writable and _stat(self.path) != self._state[0]:
+            self.refresh()  # a write from another process: the next read sees it
         return self._state[1]
 
     def status(self) -> Status:
-        """Return which version is in service, since when, and when the last look failed (if it did)."""
-        return self._state[2]
+        """Return which version is in service, since when, and when the file on disk stopped being it."""
+        signature, _, status = self._state
+        if status.failed_at is None and status.version is not None and _stat(self.path) != signature:
+            return status._replace(failed_at=time.time())  # changed since, and not yet looked at
+        return status
 
     def wake(self) -> None:
         """Have the reloader look at the file now and reload it even if it looks unchanged."""
@@ -448,18 +930,35 @@ class DataFile(Generic[T]):
             self._report(fault)
             return False
 
-    def _load(self) -> Optional[DataError]:
-        """Read and build the file; return its fault, if any.  Callers hold the lock (or are the constructor).
+    def update(self, digest: bytes, change: Callable[[dict[str, Any], int], Change]) -> Change:
+        """Apply ``change`` to the account whose token's digest is ``digest``, in the latest version of the
+        file, and write it whole; serve it at once.  Raise Conflict for a file on disk that does not load
+        (it is kept byte for byte), TooLarge, LookupError for an account no longer in the file, DataError."""
+        with self._writing, _locked(self.path, self.max_size) as (target, raw, old):
+            if _signature(old) != self._state[0]:  # not the version in service: never overwrite a bad one
+                try:
+                    self._build(raw)
+                except DataError as exc:
+                    raise Conflict(exc.faults) from None
+            document = json.loads(raw)
+            account = _account_of(document, digest)
+            if account is None:
+                raise LookupError("no such account")
+            outcome = change(account, int(time.time() * 1000))
+            if outcome[1]:
+                new = _dump(document, self.path, self.max_size)
+                snapshot = self._build(new)
+                _replace(target, new, old, self.path)
+                with self._lock:
+                    self._put(_stat(target), snapshot, new)
+            return outcome
 
-        The signature judged, the snapshot in service and its status change together, here only:
-        nothing pairs one version's signature with another's snapshot, nor does a process forked meanwhile.
-        """
+    def _load(self) -> Optional[DataError]:
+        """Read and build the file; return its fault, if any.  Callers hold the lock (or are the constructor)."""
         signature = None
         try:
             raw, signature = read(self.path, self.max_size)
-            version = hashlib.sha256(raw).hexdigest()
-            snapshot = _without_gc(self._build, raw)
-            self._state = (signature, snapshot, Status(version, time.time()))
+            self._put(signature, self._build(raw), raw)
             return None
         except DataError as exc:
             fault = exc
@@ -471,7 +970,19 @@ class DataFile(Generic[T]):
         self._state = (signature or fault.signature, self._state[1], self._state[2]._replace(failed_at=time.time()))
         return fault
 
+    def _put(self, signature: Optional[Signature], snapshot: T, raw: bytes) -> None:
+        """Put ``snapshot`` in service, with the signature and the bytes it was built from: the one place."""
+        self._state = (signature, snapshot, Status(hashlib.sha256(raw).hexdigest(), time.time()))
+        if self._fault is not None:
+            logger.info("%s: good again", self.path)
+            self._fault = None
+
     def _report(self, fault: DataError) -> None:
+        """Log a fault when it starts (not at every look while it lasts)."""
+        first = fault.faults[0] if fault.faults else type(fault).__name__
+        if first == self._fault:
+            return
+        self._fault = first
         if isinstance(fault, FileChanging):
             logger.warning("%s", fault.faults[0])
             return
@@ -481,21 +992,15 @@ class DataFile(Generic[T]):
         logger.error("%s: %s", self.path, outcome)
 
     def _start(self) -> None:
-        """Start this process's reloader, once, whichever thread asks first."""
-        pid, me = os.getpid(), threading.get_ident()
-        if self._starting.setdefault(pid, me) != me:
-            return
-        if self._pid and _gc_pausers:  # a forked child: the parent's builds ended with its threads
-            _gc_pausers.clear()
-            gc.enable()
+        """Start this process's reloader (a forked child: a new one, which looks at once)."""
         self._lock = threading.Lock()  # new: in a child, the parent's may be held by a thread not there
+        self._writing = threading.Lock()  # one write at a time in this process; the flock, between processes
         self._wake = threading.Event()
-        # A weak reference: a DataFile nobody uses any more stops its reloader.  A child looks at once.
-        wait = self.interval if self._pid == 0 else 0
+        # A weak reference: a DataFile nobody uses any more stops its reloader.
+        wait = 0 if self._forked else self.interval
         self._thread = threading.Thread(target=_reloader, args=(weakref.ref(self), wait), daemon=True,
                                         name="qstash-lists reloader: %s" % self.path)
         self._thread.start()
-        self._pid = pid
 
 
 def _reloader(ref: "weakref.ReferenceType[DataFile[Any]]", wait: float) -> None:
@@ -519,398 +1024,20 @@ def _reloader(ref: "weakref.ReferenceType[DataFile[Any]]", wait: float) -> None:
 _open_files: "weakref.WeakSet[DataFile[Any]]" = weakref.WeakSet()
 
 
-def _after_fork_in_child() -> None:
-    """Where Python forks (os.fork, gunicorn), start the child's reloaders at once."""
+def after_fork() -> None:
+    """In a forked child, start a reloader for every open DataFile, which looks at once.  Python's own
+    fork runs this itself; a server that forks from C (uWSGI) calls it from its post-fork hook."""
     for data in list(_open_files):
         if not data._closed:
+            data._forked = True
             data._start()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(after_in_child=after_fork)
 
 
 def wake_all() -> None:
     """Have the reloader of every open DataFile look now (what SIGHUP does)."""
     for data in list(_open_files):
         data.wake()
-
-
-_gc_pausers: Set[int] = set()  # the threads whose build paused the cyclic GC (see _without_gc)
-
-
-def _without_gc(build: Callable[[bytes], T], raw: bytes) -> T:
-    """Call ``build(raw)`` with the cyclic garbage collector paused, then as it was: a snapshot is
-    many new, acyclic containers, which the collector would walk again and again while they are
-    built (tests/benchmark.py measures it).  Reference counting still frees what dies."""
-    me = threading.get_ident()
-    if gc.isenabled():
-        gc.disable()
-        _gc_pausers.add(me)
-    try:
-        return build(raw)
-    finally:
-        if me in _gc_pausers:
-            _gc_pausers.discard(me)
-            gc.enable()
-
-
-class _Checker:
-    """Turns the parsed document into dataclasses, noting every fault on the way.
-
-    Each element of an array is built by a method that takes the array's place
-    (``"accounts[1].queues"``), the element's index and the names seen so far in
-    that array; an array with no fault takes the short way (``_quick_*``).
-    """
-
-    def __init__(self) -> None:
-        self.faults: List[str] = []
-        self.single_account = False
-
-    def fault(self, where: str, message: str) -> None:
-        self.faults.append("%s: %s" % (where, message))
-
-    def report(self, source: str) -> List[str]:
-        lines = ["%s: %s" % (source, fault) for fault in self.faults[:MAX_FAULTS]]
-        if len(self.faults) > MAX_FAULTS:
-            lines.append("%s: ... and %d more" % (source, len(self.faults) - MAX_FAULTS))
-        return lines
-
-    def document(self, value: Any, token: Optional[str]) -> Tuple[Account, ...]:
-        if type(value) is dict and "accounts" in value:
-            for key in value:
-                if key != "accounts":
-                    self.fault(_at("(top level)", key),
-                               "unknown key next to 'accounts' (a file lists accounts, "
-                               "or holds 'urlGroups' and 'queues' of one account, not both)")
-            return self.each(value["accounts"], "accounts", self.account, {})
-        top = self.fields(value, "(top level)", (), ("urlGroups", "queues", "signingKeys", "accounts"))
-        if top is None:
-            return ()
-        self.single_account = True
-        digest = b"" if token is None else hashlib.sha256(token.encode()).digest()
-        return (self.collections(top, "", digest),)
-
-    def each(self, value: Any, where: str, build: Callable[..., Any], seen: Dict[Any, int]) -> Tuple[Any, ...]:
-        """Build every element of the array ``value`` (one with a fault becomes None: never served)."""
-        if type(value) is not list:
-            self.fault(where, "expected an array, got %s" % _show(value))
-            return ()
-        return tuple([build(item, where, i, seen) for i, item in enumerate(value)])
-
-    def fields(self, value: Any, where: str, required: Tuple[str, ...],
-               optional: Tuple[str, ...] = ()) -> Optional[Dict[str, Any]]:
-        """Return ``value`` if it is an object with all ``required`` keys and no unknown ones."""
-        if type(value) is not dict:
-            self.fault(where, "expected an object, got %s" % _show(value))
-            return None
-        for key in value:
-            if key not in required and key not in optional:
-                self.fault(_at(where, key), "unknown key (expected %s)" % ", ".join(
-                    "'%s'" % known for known in required + optional))
-        missing = [key for key in required if key not in value]
-        for key in missing:
-            self.fault(_at(where, key), "missing")
-        return None if missing else value
-
-    def integer(self, value: Any, where: str) -> Optional[int]:
-        """Return ``value`` if it is whole (see _is_whole), else None and say why."""
-        if _is_whole(value):
-            return cast(int, value)
-        if _is_long(value):
-            self.fault(where, "integer too long (more than %d digits)" % MAX_DIGITS)
-        elif type(value) is not int or value < 0:
-            self.fault(where, "expected a non-negative integer, got %s" % _show(value))
-        else:
-            self.fault(where, "expected an integer no larger than %d (2**53 - 1), got %d" % (MAX_SAFE_INTEGER, value))
-        return None
-
-    def name(self, value: Any, array: str, i: int, seen: Dict[str, int], group: bool = False) -> str:
-        """Return the name ``value`` (see _is_text, _is_group_name), else say why; note it as seen."""
-        where = "%s[%d].name" % (array, i)
-        if type(value) is not str or not value:
-            self.fault(where, "expected a non-empty string, got %s" % _show(value))
-            return ""
-        if group and not _is_group_name(value):
-            self.fault(where, "expected only letters, digits, '_', '-' and '.', got %s" % _show(value))
-        elif not group and not _is_text(value):
-            self.fault(where, "expected printable characters (no control characters, line breaks or lone "
-                       "surrogates), got %s" % _show(value))
-        if value in seen:
-            self.fault(where, "duplicate name %s (also at %s[%d].name)" % (_show(value), array, seen[value]))
-        else:
-            seen[value] = i
-        return value
-
-    def times(self, value: Dict[str, Any], where: str) -> Tuple[Optional[int], Optional[int]]:
-        created = self.integer(value["createdAt"], _at(where, "createdAt"))
-        updated = self.integer(value["updatedAt"], _at(where, "updatedAt"))
-        if created is not None and updated is not None and not _are_times(created, updated):
-            self.fault(_at(where, "updatedAt"),
-                       "expected a time not before createdAt (%d), got %d" % (created, updated))
-        return created, updated
-
-    def account(self, value: Any, array: str, i: int, digests: Dict[bytes, int]) -> Optional[Account]:
-        where = "%s[%d]" % (array, i)
-        item = self.fields(value, where, (), ("token", "tokenSha256", "urlGroups", "queues", "signingKeys"))
-        if item is None:
-            return None
-        digest = self.token(item, where)
-        if digest is None:
-            return None
-        if digest in digests:
-            self.fault(where, "same token as %s[%d]" % (array, digests[digest]))
-        else:
-            digests[digest] = i
-        return self.collections(item, where + ".", digest)
-
-    def token(self, item: Dict[str, Any], where: str) -> Optional[bytes]:
-        if ("token" in item) == ("tokenSha256" in item):
-            self.fault(where, "expected exactly one of 'token' or 'tokenSha256'")
-            return None
-        if "token" in item:
-            value = item["token"]
-            problem = check_token(value) if type(value) is str else "expected a string"
-            if problem is not None:
-                # Never show the value: it is meant to be a secret.
-                self.fault(_at(where, "token"), problem)
-                return None
-            return hashlib.sha256(value.encode()).digest()
-        value = item["tokenSha256"]
-        if type(value) is not str or not _SHA256_HEX.fullmatch(value):
-            # Never show the value either: it may be the token itself, pasted in the wrong field.
-            got = "a string of %d characters" % len(value) if type(value) is str else _show(value)
-            self.fault(_at(where, "tokenSha256"),
-                       "expected 64 hexadecimal digits (a SHA-256 digest, printf %%s TOKEN | sha256sum), "
-                       "got %s" % got)
-            return None
-        return bytes.fromhex(value)
-
-    def collections(self, item: Dict[str, Any], prefix: str, digest: bytes) -> Account:
-        # The names seen while checking each array become the account's index by name.
-        names: Dict[str, Dict[str, int]] = {"url_groups": {}, "queues": {}}
-        groups = self.array(item.get("urlGroups", []), prefix + "urlGroups", names["url_groups"], _quick_groups,
-                            self.url_group)
-        queues = self.array(item.get("queues", []), prefix + "queues", names["queues"], _quick_queues, self.queue)
-        keys = self.signing_keys(item["signingKeys"], prefix + "signingKeys") if "signingKeys" in item else None
-        return Account(digest, groups, queues, names, keys)
-
-    def signing_keys(self, value: Any, where: str) -> Optional[Tuple[str, str]]:
-        # Never show a value: signing keys are secrets.
-        if type(value) is not dict:
-            self.fault(where, "expected an object with 'current' and 'next'")
-            return None
-        item = self.fields(value, where, ("current", "next"))
-        if item is None:
-            return None
-        for key in ("current", "next"):
-            if not _is_text(item[key]):
-                self.fault(_at(where, key), "expected a non-empty printable string")
-        return item["current"], item["next"]
-
-    def array(self, value: Any, where: str, seen: Dict[str, int],
-              quick: Callable[[Any, Dict[str, int]], Optional[Tuple[Any, ...]]],
-              build: Callable[..., Any]) -> Tuple[Any, ...]:
-        """Build the array ``value`` the short way if it has no fault, else element by element, naming each."""
-        built = quick(value, seen)
-        if built is not None:
-            return built
-        seen.clear()
-        return self.each(value, where, build, seen)
-
-    def url_group(self, value: Any, array: str, i: int, seen: Dict[str, int]) -> Optional[UrlGroup]:
-        where = "%s[%d]" % (array, i)
-        item = self.fields(value, where, ("createdAt", "updatedAt", "name", "endpoints"))
-        if item is None:
-            return None
-        created, updated = self.times(item, where)
-        name = self.name(item["name"], array, i, seen, group=True)
-        endpoints = self.each(item["endpoints"], _at(where, "endpoints"), self.endpoint, {})
-        if created is None or updated is None:
-            return None  # the fault is noted; the whole document will be refused
-        return UrlGroup(created, updated, name, endpoints)
-
-    def endpoint(self, value: Any, array: str, i: int, seen: Dict[str, int]) -> Optional[Endpoint]:
-        where = "%s[%d]" % (array, i)
-        item = self.fields(value, where, ("url",), ("name",))
-        if item is None:
-            return None
-        url = item["url"]
-        if not _is_http_url(url):
-            self.fault(_at(where, "url"), "expected an absolute http or https URL, got %s" % _show(url))
-        if "name" not in item:
-            return Endpoint(url)
-        return Endpoint(url, self.name(item["name"], array, i, seen))
-
-    def queue(self, value: Any, array: str, i: int, seen: Dict[str, int]) -> Optional[Queue]:
-        where = "%s[%d]" % (array, i)
-        item = self.fields(value, where, ("createdAt", "updatedAt", "name", "parallelism", "lag"), ("paused",))
-        if item is None:
-            return None
-        created, updated = self.times(item, where)
-        name = self.name(item["name"], array, i, seen)
-        parallelism = self.integer(item["parallelism"], _at(where, "parallelism"))
-        lag = self.integer(item["lag"], _at(where, "lag"))
-        paused = item.get("paused", False)
-        if type(paused) is not bool:
-            self.fault(_at(where, "paused"), "expected true or false, got %s" % _show(paused))
-        if created is None or updated is None or parallelism is None or lag is None:
-            return None  # the fault is noted; the whole document will be refused
-        return Queue(created, updated, name, parallelism, lag, paused)
-
-
-# The short ways, each beside its _Checker twin: the elements of an array with no fault, or None,
-# and then the twin goes through it again, naming every fault.  Places are spelled out only there:
-# formatting them for every good queue would cost more than checking it.  No unknown key: with
-# every required key there (itemgetter raises KeyError otherwise), the count tells.
-
-
-def _quick_groups(values: Any, seen: Dict[str, int]) -> Optional[Tuple[UrlGroup, ...]]:
-    if type(values) is not list:
-        return None
-    groups = []
-    for i, value in enumerate(values):
-        if type(value) is not dict:
-            return None
-        try:
-            created, updated, name, endpoints = _GROUP_FIELDS(value)
-        except KeyError:
-            return None
-        if not (len(value) == 4 and _are_times(created, updated) and _is_group_name(name) and name not in seen):
-            return None
-        built = _quick_endpoints(endpoints)
-        if built is None:
-            return None
-        seen[name] = i
-        groups.append(UrlGroup(created, updated, name, built))
-    return tuple(groups)
-
-
-def _quick_endpoints(values: Any) -> Optional[Tuple[Endpoint, ...]]:
-    if type(values) is not list:
-        return None
-    endpoints = []
-    named: Set[str] = set()
-    for value in values:
-        if type(value) is not dict or len(value) != 1 + ("name" in value) or not _is_http_url(value.get("url")):
-            return None
-        name: Any = value.get("name")
-        if name is not None or "name" in value:
-            if not (_is_text(name) and name not in named):
-                return None
-            named.add(name)
-        endpoints.append(Endpoint(value["url"], name))
-    return tuple(endpoints)
-
-
-def _quick_queues(values: Any, seen: Dict[str, int]) -> Optional[Tuple[Queue, ...]]:
-    if type(values) is not list:
-        return None
-    queues = []
-    for i, value in enumerate(values):
-        if type(value) is not dict:
-            return None
-        try:
-            created, updated, name, parallelism, lag = _QUEUE_FIELDS(value)
-        except KeyError:
-            return None
-        paused = value.get("paused", False)
-        if not (len(value) == 5 + ("paused" in value) and _are_times(created, updated) and _is_whole(parallelism)
-                and _is_whole(lag) and _is_text(name) and name not in seen and type(paused) is bool):
-            return None
-        seen[name] = i
-        queues.append(Queue(created, updated, name, parallelism, lag, paused))
-    return tuple(queues)
-
-
-# The rules, each written once: the short ways and the checker both judge a value by these, and
-# the checker only goes on to say why one fails.
-
-
-def _is_whole(value: Any) -> bool:
-    """A JSON integer (not true, not 1.0) from 0 to 2**53 - 1: what a JavaScript client reads exactly."""
-    return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER
-
-
-def _are_times(created: Any, updated: Any) -> bool:
-    """createdAt and updatedAt: whole numbers, and updatedAt not before createdAt."""
-    return _is_whole(created) and _is_whole(updated) and created <= updated
-
-
-def _is_text(value: Any) -> bool:
-    """A queue's or an endpoint's name, a signing key: a non-empty string of printable characters."""
-    return type(value) is str and value != "" and value.isprintable()
-
-
-def _is_group_name(value: Any) -> bool:
-    """A URL group's name: letters, digits, '_', '-' and '.' only (QStash's rule)."""
-    return type(value) is str and _GROUP_NAME.fullmatch(value) is not None
-
-
-def _at(where: str, key: str) -> str:
-    """Return the place of ``key`` in the object at ``where``."""
-    if len(key) > 60 or not key.isprintable():  # a key from the file: keep the line short and whole
-        key = _show(key)
-    return key if where == "(top level)" else "%s.%s" % (where, key)
-
-
-def _show(value: Any) -> str:
-    """Name a JSON value in a fault message, briefly."""
-    if _is_long(value):
-        return "an integer of more than %d digits" % MAX_DIGITS
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "an array"
-    text = json.dumps(value, ensure_ascii=False)
-    if not text.isprintable():  # a line break or a lone surrogate: escape all but ASCII
-        text = json.dumps(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-_LONG: Any = object()  # stands for an integer literal too long to turn into an int (see parse)
-
-
-def _parse_int(text: str) -> Any:
-    return _LONG if len(text) > MAX_DIGITS + 1 else int(text)
-
-
-def _is_long(value: Any) -> bool:
-    """Tell whether ``value`` is an integer of more than MAX_DIGITS digits, on every Python."""
-    return value is _LONG or (type(value) is int and not -_TOO_LONG < value < _TOO_LONG)
-
-
-def _is_http_url(value: Any) -> bool:
-    if type(value) is not str or not value.isprintable() or " " in value:
-        return False
-    try:
-        parts = urlsplit(value)
-        _ = parts.port  # raises ValueError on a port that is not a number
-    except ValueError:
-        return False
-    return parts.scheme in ("http", "https") and bool(parts.hostname)
-
-
-def _stat(path: str) -> Optional[Signature]:
-    try:
-        return _signature(os.stat(path))
-    except OSError:
-        return None
-
-
-def _signature(st: os.stat_result) -> Signature:
-    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _read_at_most(fd: int, limit: int) -> Optional[bytes]:
-    """Read ``fd`` to its end; None if that is more than ``limit`` bytes."""
-    chunks: List[bytes] = []
-    total = 0
-    while True:
-        chunk = os.read(fd, min(limit - total + 1, _READ_CHUNK))
-        if not chunk:
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        total += len(chunk)
-        if total > limit:
-            return None
-        chunks.append(chunk)

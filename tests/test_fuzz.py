@@ -109,7 +109,7 @@ def test_fuzz(app: Any, capsys: Any) -> None:
         context = "case %d: %r %r %r %r -> %d" % (case, method, path, query_string, headers, response.status)
         status = response.status
         statuses[status] = statuses.get(status, 0) + 1
-        assert status in (200, 304, 401, 404, 405), context
+        assert status in (200, 304, 400, 401, 404, 405), context
         if method == "HEAD" or status == 304:
             assert response.body == b"", context
         else:
@@ -126,11 +126,11 @@ def test_fuzz(app: Any, capsys: Any) -> None:
             continue
         assert response.headers["Content-Type"] == "application/json", context
         assert status != 401 or response.headers["WWW-Authenticate"].startswith('Bearer realm="qstash"'), context
-        assert status != 405 or response.headers["Allow"] == "GET, HEAD", context
+        assert status != 405 or response.headers["Allow"] in ("GET, HEAD", ""), context
         if method != "HEAD":
             error = response.json()
             assert list(error) == ["error"] and isinstance(error["error"], str), context
             assert all(token not in error["error"] for token in TOKENS), context
     with capsys.disabled():
         print("\nfuzz: %d requests, statuses %s" % (CASES, json.dumps(statuses, sort_keys=True)))
-    assert min(statuses.get(status, 0) for status in (200, 304, 401, 404, 405)) > 20  # it reached every answer
+    assert min(statuses.get(status, 0) for status in (200, 304, 400, 401, 404, 405)) > 20  # it reached every answer

@@ -89,8 +89,9 @@ def test_other_methods_and_paths(data: Path) -> None:
     app = service.create_app(service.open_data(str(data), None), access_log=False)
     response = call(app, "/healthz", method="POST")
     assert (response.status, response.headers["Allow"]) == (405, "GET, HEAD")
-    for path in ("/healthz/", "/v2/healthz", "/healthz/x"):
+    for path in ("/healthz//", "/v2/healthz", "/healthz/x"):
         assert call(app, path).status == 404
+    assert call(app, "/healthz/").body == call(app, "/healthz").body  # a trailing slash, as on every path
     assert call(app, "/v2/queues").status == 401  # the API still needs its token
 
 

@@ -10,7 +10,6 @@ import shlex
 import signal
 import socket
 import sys
-import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -78,14 +77,13 @@ def test_never_reading_pipeliners_do_not_stop_a_fresh_client(tmp_path: Path) -> 
     assert code == 0 and "Traceback" not in err
 
 
-def test_a_burst_of_waiting_requests_is_logged_once_a_second(tmp_path: Path) -> None:
+def test_a_burst_of_waiting_requests_writes_no_line_for_each(tmp_path: Path) -> None:
     """waitress warns "Task queue depth is N" for each request that waits for a thread, from the
-    thread that serves every connection: 400 at once are one line a second, not hundreds (a
-    stderr that is read slowly would hold up every client)."""
+    thread that serves every connection, holding its task lock: 400 at once would be 400 lines (a
+    stderr that is read slowly would hold up every client), so python app.py makes no such record."""
     data = write_json(tmp_path / "data.json", big_document(100))
     request = b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n"
     with serving(data, "--threads", "1", "--quiet") as server:
-        began = time.monotonic()
         clients = [socket.create_connection((server.host, server.port), timeout=10) for _ in range(400)]
         try:
             for sock in clients:
@@ -95,10 +93,9 @@ def test_a_burst_of_waiting_requests_is_logged_once_a_second(tmp_path: Path) -> 
         finally:
             for sock in clients:
                 sock.close()
-        seconds = time.monotonic() - began
         code, _, err = server.stop()
     assert code == 0
-    assert 1 <= err.count("Task queue depth is ") <= 1 + seconds, err
+    assert err.count("Task queue depth is ") == 0, err
 
 
 def test_descriptors_above_1023_do_not_crash_the_server(tmp_path: Path) -> None:

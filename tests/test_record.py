@@ -26,6 +26,7 @@ from helpers import (
 import app as service
 
 Answer = Tuple[int, str, bytes]  # status, Content-Type, body
+UPSTREAM = "is --upstream (QSTASH_LISTS_UPSTREAM) the QStash API?"
 
 
 class Fake(http.server.ThreadingHTTPServer):
@@ -111,22 +112,39 @@ def fake() -> Iterator[Fake]:
 
 def record(fake: Fake, path: Path, *args: str, token: str = TOKEN_A) -> Tuple[int, str, str]:
     return run(["--record", "--data", str(path)] + list(args),
-               env={"QSTASH_URL": "http://127.0.0.1:%d" % fake.server_address[1], "QSTASH_TOKEN": token})
+               env={"QSTASH_LISTS_UPSTREAM": "http://127.0.0.1:%d" % fake.server_address[1], "QSTASH_TOKEN": token})
 
 
-def test_a_round_trip_through_a_running_server_serves_the_same_lists(tmp_path: Path) -> None:
+def test_a_round_trip_serves_the_same_lists(fake: Fake, tmp_path: Path) -> None:
+    """What a running server answers, recorded (through a fake upstream that answers the same bytes,
+    with QSTASH_URL pointing at the server as its banner says), serves the same lists."""
     copy = tmp_path / "copy.json"
     with serving(write_json(tmp_path / "d.json", accounts_document()), "--quiet") as server:
+        for path in fake.answers:
+            status, _, body = server.get(path, bearer(TOKEN_A))
+            fake.answers[path] = (status, "application/json", body)
+        url = "http://127.0.0.1:%d" % fake.server_address[1]
         code, out, err = run(["--record", "--signing-keys", "--data", str(copy)],
-                             env={"QSTASH_URL": server.url, "QSTASH_TOKEN": TOKEN_A})
+                             env={"QSTASH_URL": server.url, "QSTASH_LISTS_UPSTREAM": url, "QSTASH_TOKEN": TOKEN_A})
         assert (code, err) == (0, "")
-        assert out == "%s: recorded 1 account, 1 URL group, 1 queue from %s\n" % (copy, server.url)
+        assert out == "%s: recorded 1 account, 1 URL group, 1 queue from %s\n" % (copy, url)
         original = service.create_app(service.open_data(str(tmp_path / "d.json"), None), access_log=False)
         recorded = service.create_app(service.open_data(str(copy), TOKEN_A), access_log=False)
         for path in ("/v2/topics", "/v2/queues", "/v2/topics/orders", "/v2/queues/emails", "/v2/keys"):
             auth = bearer(TOKEN_A)
             assert call(recorded, path, headers=auth).body == call(original, path, headers=auth).body
     assert TOKEN_A not in out + err + copy.read_text()
+
+
+@pytest.mark.parametrize("token", [TOKEN_A, "not-an-account"])
+def test_a_qstash_lists_server_as_upstream_is_named_as_such(tmp_path: Path, token: str) -> None:
+    path = tmp_path / "copy.json"
+    with serving(write_json(tmp_path / "d.json", accounts_document()), "--quiet") as server:
+        code, out, err = run(["--record", "--data", str(path)],
+                             env={"QSTASH_LISTS_UPSTREAM": server.url, "QSTASH_TOKEN": token})
+    assert (code, out) == (2, "") and not path.exists()
+    assert "GET %s/v2/topics: " % server.url in err and "that is a qstash-lists server, not QStash; set --upstream " \
+        "(QSTASH_LISTS_UPSTREAM) to QStash's API" in err and err.count("\n") == 1
 
 
 def test_unknown_fields_are_left_out_by_name_and_keys_only_when_asked(fake: Fake, tmp_path: Path) -> None:
@@ -155,9 +173,9 @@ BEFORE = b'{"queues": []}\n  '  # an existing file, kept byte for byte
     ({"/v2/queues": (500, "application/json", b'{"error":"oops"}')}, [],
      "GET {url}/v2/queues: answered 500 Internal Server Error; try again later; {path} is unchanged"),
     ({"/v2/topics": (200, "text/html", b"<html><body>Bad gateway</body></html>")}, [],
-     "GET {url}/v2/topics: the answer is not JSON; is QSTASH_URL the QStash API?; {path} is unchanged"),
+     "GET {url}/v2/topics: the answer is not JSON; " + UPSTREAM + "; {path} is unchanged"),
     ({"/v2/topics": (200, "application/json", b'{"topics": []}')}, [],
-     "{url}/v2/topics: expected a JSON array of objects; is QSTASH_URL the QStash API?; {path} is unchanged"),
+     "{url}/v2/topics: expected a JSON array of objects; " + UPSTREAM + "; {path} is unchanged"),
     ({"/v2/queues": (200, "application/json", json.dumps([dict(ALPHA_QUEUE)] * 40).encode())}, ["--max-size", "1K"],
      "GET {url}/v2/queues: the answer is over 1024 bytes (--max-size); {path} is unchanged"),
     ({"/v2/queues": (200, "application/json", json.dumps([dict(ALPHA_QUEUE, lag=-1)]).encode())}, [],
@@ -190,7 +208,7 @@ def test_record_ends_within_its_deadline_whatever_the_api_does(fake: Fake, tmp_p
     url = "http://127.0.0.1:%d" % fake.server_address[1]
     started = time.monotonic()
     code, out, err = run(["--record", "--data", str(path)], env={
-        "QSTASH_URL": url, "QSTASH_TOKEN": TOKEN_A, "QSTASH_LISTS_RECORD_TIMEOUT": "2"})
+        "QSTASH_LISTS_UPSTREAM": url, "QSTASH_TOKEN": TOKEN_A, "QSTASH_LISTS_RECORD_TIMEOUT": "2"})
     took = time.monotonic() - started
     assert (code, out) == (2, "")
     assert err == ("GET %s/v2/topics: no whole answer within 2 s (--record-timeout, QSTASH_LISTS_RECORD_TIMEOUT); "
@@ -208,8 +226,8 @@ def test_a_redirect_is_not_followed_with_the_token(fake: Fake, tmp_path: Path) -
     code, out, err = record(fake, path)
     url = "http://127.0.0.1:%d" % fake.server_address[1]
     assert (code, out) == (2, "")
-    assert err == ("GET %s/v2/topics: answered 302 Found; not followed; is QSTASH_URL the QStash API? (/v2/topics); "
-                   "%s is unchanged\n" % (url, path))
+    assert err == ("GET %s/v2/topics: answered 302 Found; not followed; %s (/v2/topics); %s is unchanged\n"
+                   % (url, UPSTREAM, path))
     assert len(fake.seen) == 1 and path.read_bytes() == BEFORE
 
 
@@ -226,7 +244,8 @@ def test_a_refused_connection_and_a_missing_token(tmp_path: Path) -> None:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         url = "http://127.0.0.1:%d" % closed.getsockname()[1]  # bound, never listening: refused
-        code, _, err = run(["--record", "--data", str(path)], env={"QSTASH_URL": url, "QSTASH_TOKEN": TOKEN_A})
+        env = {"QSTASH_LISTS_UPSTREAM": url, "QSTASH_TOKEN": TOKEN_A}
+        code, _, err = run(["--record", "--data", str(path)], env=env)
     assert code == 2 and err.startswith("GET %s/v2/topics: no answer (" % url)
     assert run(["--record", "--data", str(path)]) == (
         2, "", "QSTASH_TOKEN is not set: --record reads the account whose token it is\n")

@@ -178,15 +178,21 @@ def test_signals(big_file: Path, entry: str, phase: str, signum: str) -> None:
     assert "Traceback" not in err.text() and "KeyboardInterrupt" not in err.text()
 
 
+SIZE = "expected a size in bytes from 1 to 4G, such as 64M (K, M or G may follow the number)"
+
+
 @pytest.mark.parametrize("args, message", [
     (["--port", "abc"], "--port: expected a whole number from 0 to 65535"),
     (["--port", "70000"], "--port: expected a whole number from 0 to 65535"),
     (["--port", "\u0662"], "--port: expected a whole number from 0 to 65535"),  # an Arabic-Indic 2
-    (["--threads", "0"], "--threads: expected a whole number from 1 up"),
+    (["--threads", "0"], "--threads: expected a whole number from 1 to 1024"),
     (["--interval", "0"], "--interval: expected a number of seconds from 0.01 to 3600"),
     (["--interval", "nan"], "--interval: expected a number of seconds from 0.01 to 3600"),
-    (["--max-size", "lots"], "--max-size: expected a size in bytes such as 64M (K, M or G may follow the number)"),
-    (["--max-size", "0"], "--max-size: expected a size in bytes such as 64M (K, M or G may follow the number)"),
+    (["--max-size", "lots"], "--max-size: " + SIZE),
+    (["--max-size", "0"], "--max-size: " + SIZE),
+    (["--max-size", "5G"], "--max-size: " + SIZE),
+    (["--threads", "1000000"], "--threads: expected a whole number from 1 to 1024"),
+    (["--port", "9" * 5000], "--port: expected a whole number from 0 to 65535"),
 ])
 def test_bad_arguments_are_named(args: List[str], message: str) -> None:
     assert run(args) == (2, "", message + "\n")
@@ -195,8 +201,8 @@ def test_bad_arguments_are_named(args: List[str], message: str) -> None:
 @pytest.mark.parametrize("env, message", [
     ({"QSTASH_TOKEN": "has space"}, "QSTASH_TOKEN: expected a token of visible ASCII characters, with no spaces"),
     ({"QSTASH_TOKEN": "Bearer abc"}, "QSTASH_TOKEN: drop the word 'Bearer': the variable holds the token alone"),
-    ({"QSTASH_TOKEN": ""}, "QSTASH_TOKEN: expected a non-empty token"),
-    ({"QSTASH_LISTS_MAX_SIZE": "\u00b2"}, "QSTASH_LISTS_MAX_SIZE: expected a size in bytes such as 64M "
+    ({"QSTASH_TOKEN": ""}, "QSTASH_TOKEN: empty; give a value, or unset it for the default"),
+    ({"QSTASH_LISTS_MAX_SIZE": "\u00b2"}, "QSTASH_LISTS_MAX_SIZE: expected a size in bytes from 1 to 4G, such as 64M "
                                          "(K, M or G may follow the number)"),
     ({"QSTASH_LISTS_INTERVAL": "-1"}, "QSTASH_LISTS_INTERVAL: expected a number of seconds from 0.01 to 3600"),
 ])
