@@ -902,7 +902,7 @@ def _serve(settings: Mapping[str, Any], quiet: bool, data: store.DataFile[Snapsh
 def _banner(settings: Mapping[str, Any], loaded: store.Store, urls: List[str], port: Any, writable: bool) -> List[str]:
     """What to paste into the shell where the SDKs run, and whether the JS SDK's dev mode finds this server."""
     lines = ["qstash-lists %s serving %s (%s) on %s%s" % (__version__, settings["data"], loaded.summary(),
-                                                          " ".join(urls), ", writable" if writable else ""),
+                                                          " ".join(urls), " (writable)" if writable else ""),
              "export QSTASH_URL=%s" % urls[0]]
     if not loaded.single_account:
         lines.append("# QSTASH_TOKEN: accounts from the data file; use your account's token")

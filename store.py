@@ -685,27 +685,30 @@ def _locked(path: str, max_size: int) -> Iterator[tuple[str, bytes, os.stat_resu
             os.close(fd)  # lets go of the lock
 
 
-def _replace(target: str, raw: bytes, old: Optional[os.stat_result], source: str) -> None:
+def _replace(target: str, raw: bytes, old: Optional[os.stat_result], source: str) -> int:
     """Write ``raw`` to a temporary file beside ``target``, fsync'd, with the old file's mode and
     owner, and rename it over ``target``: a reader sees the old version or the new, never half.
-    The temporary file is removed on every way out, SystemExit from a signal handler included."""
+    Return the new file's descriptor, holding the writers' lock (see _locked) until the caller
+    closes it, so that no writer replaces it before its caller is done.  The temporary file is
+    removed on every way out, SystemExit from a signal handler included."""
+    import fcntl
+
     directory, name = os.path.split(target)
     temporary = os.path.join(directory, ".%s.qstash-lists-tmp" % name)  # one name: a leftover is reused
+    fd = -1
     try:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
-        try:
-            if old is not None:
-                os.fchmod(fd, stat.S_IMODE(old.st_mode))
-                with contextlib.suppress(PermissionError):  # only root can give a file away
-                    os.fchown(fd, old.st_uid, old.st_gid)
-            view = memoryview(raw)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if old is not None:
+            os.fchmod(fd, stat.S_IMODE(old.st_mode))
+            with contextlib.suppress(PermissionError):  # only root can give a file away
+                os.fchown(fd, old.st_uid, old.st_gid)
+        view = memoryview(raw)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
         os.replace(temporary, target)
         with contextlib.suppress(OSError):  # the rename itself on disk: best effort (not every file system)
             dir_fd = os.open(directory or ".", os.O_RDONLY)
@@ -713,12 +716,16 @@ def _replace(target: str, raw: bytes, old: Optional[os.stat_result], source: str
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
+        fd, done = -1, fd
+        return done
     except OSError as exc:
         raise DataError(["%s: cannot write: %s (%s); it is unchanged" % (source, exc.strerror or exc,
                                                                         exc.filename or target)]) from None
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
+        if fd >= 0:  # not renamed: gone, and so is the lock
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            os.close(fd)
 
 
 def _dump(document: Any, source: str, max_size: int) -> bytes:
@@ -736,10 +743,10 @@ def record(path: str, document: dict[str, Any], token: str, max_size: int = DEFA
     raw = _dump(document, path, max_size)
     loaded = parse(raw, path, token)
     if not os.path.lexists(path):
-        _replace(os.path.realpath(path), raw, None, path)
+        os.close(_replace(os.path.realpath(path), raw, None, path))
         return loaded
     with _locked(path, max_size) as (target, _, old):
-        _replace(target, raw, old, path)
+        os.close(_replace(target, raw, old, path))
     return loaded
 
 
@@ -806,9 +813,11 @@ def add_endpoints(account: dict[str, Any], now: int, name: str, endpoints: list[
     if group is None:
         group = {"createdAt": now, "updatedAt": now, "name": name, "endpoints": []}
         account["urlGroups"].append(group)
+    have = group["endpoints"]
     for endpoint in endpoints:
-        group["endpoints"] = [e for e in group["endpoints"] if e.get("name") != endpoint.get("name")
-                              or ("name" not in e and e["url"] != endpoint["url"])] + [endpoint]
+        same = [i for i, e in enumerate(have) if e.get("name") == endpoint.get("name")
+                and ("name" in endpoint or e["url"] == endpoint["url"])]
+        have[same[0] if same else len(have):same[0] + 1 if same else len(have)] = [endpoint]
     group["updatedAt"] = max(now, group["createdAt"])
     return "endpoints added", True
 
@@ -935,7 +944,7 @@ class DataFile(Generic[T]):
         file, and write it whole; serve it at once.  Raise Conflict for a file on disk that does not load
         (it is kept byte for byte), TooLarge, LookupError for an account no longer in the file, DataError."""
         with self._writing, _locked(self.path, self.max_size) as (target, raw, old):
-            if _signature(old) != self._state[0]:  # not the version in service: never overwrite a bad one
+            if _signature(old) != self._state[0] or self._state[2].failed_at is not None:  # never overwrite a bad one
                 try:
                     self._build(raw)
                 except DataError as exc:
@@ -948,9 +957,12 @@ class DataFile(Generic[T]):
             if outcome[1]:
                 new = _dump(document, self.path, self.max_size)
                 snapshot = self._build(new)
-                _replace(target, new, old, self.path)
-                with self._lock:
-                    self._put(_stat(target), snapshot, new)
+                fd = _replace(target, new, old, self.path)
+                try:
+                    with self._lock:
+                        self._put(_signature(os.fstat(fd)), snapshot, new)
+                finally:
+                    os.close(fd)
             return outcome
 
     def _load(self) -> Optional[DataError]:

@@ -1,0 +1,319 @@
+"""--writable: QStash's writes of queues and URL groups, each saved to the data file whole before its 200."""
+
+import copy
+import io
+import json
+import os
+import stat
+import threading
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import pytest
+from helpers import (
+    ALPHA_GROUP,
+    ALPHA_QUEUE,
+    SIGNING_KEYS,
+    TOKEN_A,
+    TOKEN_B,
+    TOKEN_C,
+    Response,
+    accounts_document,
+    bearer,
+    call,
+    serving,
+    write_json,
+)
+
+import app as service
+import store
+
+
+def send(app: Any, method: str, path: str, body: Any = None, token: str = TOKEN_A,
+         raw: Optional[bytes] = None) -> Response:
+    """One write as the SDKs send it: JSON with spaces after separators (Python's), or no body at all."""
+    data = raw if raw is not None else b"" if body is None else json.dumps(body).encode()
+    environ: Dict[str, Any] = {"wsgi.input": io.BytesIO(data), "CONTENT_LENGTH": str(len(data)) if data else ""}
+    return call(app, path, method=method, headers=bearer(token), **environ)
+
+
+@pytest.fixture
+def path(data_path: Path) -> Path:
+    return data_path
+
+
+@pytest.fixture
+def writable(path: Path) -> Any:
+    return service.create_app(service.open_data(str(path), None, interval=3600, writable=True), access_log=False)
+
+
+def on_disk(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def test_upsert_creates_then_updates_a_queue_keeping_created_at(writable: Any, path: Path) -> None:
+    created = send(writable, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 1, "paused": False})
+    assert created.status == 200 and created.headers["Cache-Control"] == "no-store"
+    queue = created.json()
+    assert queue == dict(queue, name="jobs", parallelism=1, lag=0, paused=False)
+    assert queue["createdAt"] == queue["updatedAt"] and abs(queue["createdAt"] / 1000 - __import__("time").time()) < 60
+    assert call(writable, "/v2/queues/jobs", headers=bearer(TOKEN_A)).json() == queue
+    updated = send(writable, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 2, "paused": True}).json()
+    assert updated["createdAt"] == queue["createdAt"] and updated["updatedAt"] >= queue["updatedAt"]
+    assert (updated["parallelism"], updated["paused"]) == (2, True)
+    assert [q["name"] for q in call(writable, "/v2/queues", headers=bearer(TOKEN_A)).json()] == ["emails", "jobs"]
+    assert on_disk(path)["accounts"][0]["queues"][1] == updated  # on disk before the 200
+    assert path.read_text().startswith('{\n  "accounts": [\n')  # indented JSON
+
+
+def test_pause_resume_and_delete(writable: Any) -> None:
+    assert send(writable, "POST", "/v2/queues/emails/pause").json()["paused"] is True
+    assert call(writable, "/v2/queues/emails", headers=bearer(TOKEN_A)).json()["paused"] is True
+    assert send(writable, "POST", "/v2/queues/emails/pause").status == 200  # already paused: no effect
+    assert send(writable, "POST", "/v2/queues/emails/resume").json()["paused"] is False
+    assert send(writable, "POST", "/v2/queues/nothere/pause").json() == {"error": 'not found: no queue named "nothere"'}
+    assert (send(writable, "DELETE", "/v2/queues/emails").status, call(writable, headers=bearer(TOKEN_A)).json()) == (
+        200, [])
+    assert send(writable, "DELETE", "/v2/queues/emails").status == 200  # deleting what is not there: nothing to do
+    assert call(writable, "/v2/queues/emails", headers=bearer(TOKEN_A)).status == 404
+
+
+def test_endpoints_are_added_and_removed_and_the_last_one_takes_the_group(writable: Any, path: Path) -> None:
+    one, two = {"url": "https://a.example/1"}, {"name": "second", "url": "https://a.example/2"}
+    group = send(writable, "POST", "/v2/topics/fresh/endpoints", {"endpoints": [one, two]}).json()
+    assert (group["name"], group["endpoints"]) == ("fresh", [one, two])
+    assert send(writable, "POST", "/v2/topics/fresh/endpoints", {"endpoints": [one]}).json()["endpoints"] == [one, two]
+    moved = {"name": "second", "url": "https://b.example/2"}  # a name replaces the endpoint of that name
+    assert send(writable, "POST", "/v2/topics/fresh/endpoints", {"endpoints": [moved]}).json()["endpoints"] == [
+        one, moved]
+    assert send(writable, "DELETE", "/v2/topics/fresh/endpoints", {"endpoints": [{"name": "second"}]}).json()[
+        "endpoints"] == [one]
+    assert send(writable, "DELETE", "/v2/topics/fresh/endpoints", {"endpoints": [one]}).json() == {}
+    assert call(writable, "/v2/topics/fresh", headers=bearer(TOKEN_A)).status == 404
+    assert [g["name"] for g in on_disk(path)["accounts"][0]["urlGroups"]] == ["orders"]
+    assert send(writable, "DELETE", "/v2/topics/fresh/endpoints", {"endpoints": [one]}).status == 404
+    assert send(writable, "DELETE", "/v2/topics/orders").json() == {}
+    assert send(writable, "DELETE", "/v2/topics/orders").status == 200
+    assert call(writable, "/v2/topics", headers=bearer(TOKEN_A)).json() == []
+
+
+def test_a_write_changes_the_tokens_own_account_and_nothing_else(writable: Any, path: Path) -> None:
+    before = on_disk(path)
+    send(writable, "POST", "/v2/queues", {"queueName": "emails", "parallelism": 9, "paused": False}, token=TOKEN_B)
+    send(writable, "POST", "/v2/topics/orders/endpoints", {"endpoints": [{"url": "https://c.example/"}]},
+         token=TOKEN_C)  # an account given by its token's digest
+    after = on_disk(path)
+    assert after["accounts"][0] == before["accounts"][0]  # A's queue "emails", group and signing keys
+    assert after["accounts"][0]["signingKeys"] == SIGNING_KEYS
+    assert [q["name"] for q in after["accounts"][1]["queues"]] == ["reports", "emails"]
+    assert after["accounts"][2]["tokenSha256"] == before["accounts"][2]["tokenSha256"]
+    assert after["accounts"][2]["urlGroups"][0]["endpoints"] == [{"url": "https://c.example/"}]
+    assert call(writable, "/v2/topics/orders", headers=bearer(TOKEN_A)).json() == ALPHA_GROUP
+
+
+BAD = [
+    ("POST", "/v2/queues", b"not json", "bad request: the body is not JSON"),
+    ("POST", "/v2/queues", b"[]", "bad request: the body is not a JSON object"),
+    ("POST", "/v2/queues", b"", "bad request: the body is not JSON"),
+    ("POST", "/v2/queues", b"[" * 30000 + b"]" * 30000, "bad request: the body is not JSON"),
+    ("POST", "/v2/queues", {"parallelism": 1}, "bad request: queueName: expected a name of only letters, digits, "
+                                               "'-', '.' and '_', got nothing"),
+    ("POST", "/v2/queues", {"queueName": "a b", "parallelism": 1},
+     "bad request: queueName: expected a name of only letters, digits, '-', '.' and '_', got \"a b\""),
+    ("POST", "/v2/queues", {"queueName": "q", "parallelism": 0},
+     "bad request: parallelism: expected a whole number from 1 to 2**53 - 1, got 0"),
+    ("POST", "/v2/queues", {"queueName": "q"},
+     "bad request: parallelism: expected a whole number from 1 to 2**53 - 1, got nothing"),
+    ("POST", "/v2/queues", {"queueName": "q", "parallelism": "2"},
+     "bad request: parallelism: expected a whole number from 1 to 2**53 - 1, got \"2\""),
+    ("POST", "/v2/queues", {"queueName": "q", "parallelism": 1, "paused": "yes"},
+     "bad request: paused: expected true or false, got \"yes\""),
+    ("POST", "/v2/topics/g/endpoints", {"endpoints": []},
+     "bad request: endpoints: expected a non-empty array of endpoints, got []"),
+    ("POST", "/v2/topics/g/endpoints", {"endpoint": [{"url": "https://a/"}]},
+     "bad request: endpoints: expected a non-empty array of endpoints, got nothing"),
+    ("POST", "/v2/topics/g/endpoints", {"endpoints": [{"name": "n"}]}, "bad request: endpoints[0]: expected an object "
+     "with an absolute http or https url, and a printable name if any"),
+    ("POST", "/v2/topics/g/endpoints", {"endpoints": [{"url": "ftp://a/"}]}, "bad request: endpoints[0]: expected an "
+     "object with an absolute http or https url, and a printable name if any"),
+    ("DELETE", "/v2/topics/orders/endpoints", {"endpoints": [{}]}, "bad request: endpoints[0]: expected an object "
+     "with an absolute http or https url, or a name, and a printable name if any"),
+    ("POST", "/v2/topics/a%20b/endpoints", {"endpoints": [{"url": "https://a/"}]},
+     "bad request: a URL group's name has only letters, digits, '-', '.' and '_'"),
+    ("DELETE", "/v2/queues/caf\xc3\xa9", None, "bad request: a queue's name has only letters, digits, '-', '.' and '_'"),
+]
+
+
+@pytest.mark.parametrize("method, route, body, message", BAD)
+def test_bad_input_gets_a_400_naming_the_field_and_writes_nothing(writable: Any, path: Path, method: str, route: str,
+                                                                  body: Any, message: str) -> None:
+    before = path.read_bytes()
+    if isinstance(body, bytes):
+        response = send(writable, method, route, raw=body)
+    else:
+        response = send(writable, method, route, body)
+    assert (response.status, response.json()) == (400, {"error": message})
+    assert path.read_bytes() == before
+
+
+def test_a_body_over_the_limit_is_refused_unread(writable: Any, path: Path) -> None:
+    before = path.read_bytes()
+    response = send(writable, "POST", "/v2/queues", raw=b" " * (service.MAX_BODY + 1))
+    assert response.status == 413 and path.read_bytes() == before
+
+
+def test_a_write_after_a_bad_hand_edit_is_refused_and_the_file_kept(path: Path, caplog: Any) -> None:
+    app = service.create_app(service.open_data(str(path), None, interval=3600, writable=True), access_log=False)
+    path.write_text(path.read_text().replace('"lag": 0', '"lag": "0"'))  # the reloader has not looked yet
+    edited = path.read_bytes()
+    response = send(app, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 1, "paused": False})
+    assert response.status == 409
+    assert response.json()["error"].startswith("conflict: the data file on the server was edited and does not load")
+    assert path.read_bytes() == edited
+    assert 'queues[0].lag: expected a non-negative integer, got "0"' in caplog.text
+
+
+def test_a_write_that_would_pass_the_size_limit_is_refused(path: Path) -> None:
+    limit = len(json.dumps(on_disk(path), indent=2)) + 60
+    app = service.create_app(service.open_data(str(path), None, interval=3600, writable=True, max_size=limit),
+                             access_log=False)
+    before = path.read_bytes()
+    response = send(app, "POST", "/v2/topics/big/endpoints", {"endpoints": [{"url": "https://a.example/%d" % i}
+                                                                            for i in range(10)]})
+    assert response.status == 507 and path.read_bytes() == before
+
+
+def test_mode_owner_and_symlink_are_kept(tmp_path: Path) -> None:
+    target = write_json(tmp_path / "real.json", accounts_document())
+    os.chmod(target, 0o644)
+    link = tmp_path / "data.json"
+    link.symlink_to(target)
+    app = service.create_app(service.open_data(str(link), None, interval=3600, writable=True), access_log=False)
+    send(app, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 1, "paused": False})
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert [q["name"] for q in on_disk(target)["accounts"][0]["queues"]] == ["emails", "jobs"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.json", "real.json"]  # no temporary file left
+
+
+def test_an_interrupted_write_removes_its_temporary_file_and_keeps_the_old(tmp_path: Path, monkeypatch: Any) -> None:
+    path = write_json(tmp_path / "data.json", accounts_document())
+    before = path.read_bytes()
+
+    def interrupted(fd: int) -> None:
+        raise SystemExit(0)  # what SIGTERM raises in --record (app._stop)
+
+    monkeypatch.setattr(os, "fsync", interrupted)
+    with pytest.raises(SystemExit):
+        store.record(str(path), {"queues": [ALPHA_QUEUE]}, TOKEN_A)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["data.json"]
+
+
+def test_the_one_account_form_is_written_in_place(tmp_path: Path) -> None:
+    path = write_json(tmp_path / "one.json", {"queues": [ALPHA_QUEUE]})
+    app = service.create_app(service.open_data(str(path), "t", interval=3600, writable=True), access_log=False)
+    assert send(app, "DELETE", "/v2/queues/emails", token="t").status == 200
+    assert on_disk(path) == {"queues": []}
+
+
+def test_a_write_is_logged_with_what_it_did(writable: Any, caplog: Any, path: Path) -> None:
+    app = service.create_app(service.open_data(str(path), None, interval=3600, writable=True))
+    import logging
+
+    with caplog.at_level(logging.INFO, "qstash_lists.access"):
+        send(app, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 1, "paused": False})
+        send(app, "DELETE", "/v2/queues/none")
+    lines = [record.getMessage() for record in caplog.records]
+    assert lines[0].startswith('- "POST /v2/queues" 200 ') and lines[0].endswith(" (queue created)")
+    assert lines[1].startswith('- "DELETE /v2/queues/none" 200 ') and lines[1].endswith(" (not there)")
+    assert TOKEN_A not in caplog.text
+
+
+def _upserts(url: str, names: List[str], token: str = TOKEN_A) -> List[int]:
+    import http.client
+    import urllib.parse
+
+    host = urllib.parse.urlsplit(url)
+    statuses = []
+    conn = http.client.HTTPConnection(str(host.hostname), host.port, timeout=30)
+    for name in names:
+        body = json.dumps({"queueName": name, "parallelism": 1, "paused": False})
+        conn.request("POST", "/v2/queues", body, {"Authorization": "Bearer " + token,
+                                                  "Content-Type": "application/json"})
+        response = conn.getresponse()
+        response.read()
+        statuses.append(response.status)
+    conn.close()
+    return statuses
+
+
+def test_200_upserts_from_8_clients_on_2_replicas_of_one_file_all_land(tmp_path: Path) -> None:
+    """Two servers on one file (replicas), eight clients, 200 upserts: every one is in the file and in
+    the next list from either replica (a write in one process is seen by the next read in the other)."""
+    path = write_json(tmp_path / "data.json", accounts_document())
+    with serving(path, "--writable", "--quiet") as one, serving(path, "--writable", "--quiet") as two:
+        results: Dict[int, List[int]] = {}
+        names = ["q%03d" % i for i in range(200)]
+        threads = [threading.Thread(target=lambda i=i: results.__setitem__(
+            i, _upserts((one, two)[i % 2].url, names[i::8]))) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(sum(results.values(), [])) == [200] * 200
+        expected = ["emails"] + names
+        for server in (one, two):
+            listed = json.loads(server.get("/v2/queues", bearer(TOKEN_A))[2])
+            assert sorted(q["name"] for q in listed) == sorted(expected)
+    assert sorted(q["name"] for q in on_disk(path)["accounts"][0]["queues"]) == sorted(expected)
+    assert on_disk(path)["accounts"][1:] == accounts_document()["accounts"][1:]
+
+
+def test_a_sigkilled_writer_leaves_the_old_file_or_the_new_never_half(tmp_path: Path) -> None:
+    """A writer killed at any moment: the file always loads, and holds some prefix of the writes."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = write_json(tmp_path / "data.json", accounts_document())
+    script = ("import app, io, json, sys\n"
+              "data = app.open_data(sys.argv[1], None, interval=3600, writable=True)\n"
+              "wsgi = app.create_app(data, access_log=False)\n"
+              "for i in range(100000):\n"
+              "    body = json.dumps({'queueName': 'k%d' % i, 'parallelism': 1}).encode()\n"
+              "    env = {'REQUEST_METHOD': 'POST', 'PATH_INFO': '/v2/queues', 'CONTENT_LENGTH': str(len(body)),\n"
+              "           'wsgi.input': io.BytesIO(body), 'HTTP_AUTHORIZATION': 'Bearer token-a'}\n"
+              "    wsgi(env, lambda *a: None)\n"
+              "    print(i, flush=True)\n")
+    for delay in (0.3, 0.5, 0.7):
+        proc = subprocess.Popen([sys.executable, "-c", script, str(path)], cwd=str(Path(__file__).parent.parent),
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        proc.stdout.readline()  # writing
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        loaded = store.load(str(path), None)  # whole: the old version or the new
+        names = [q.name for q in loaded.accounts[0].queues]
+        assert names[0] == "emails" and names[1:] == ["k%d" % i for i in range(len(names) - 1)]
+        write_json(path, accounts_document())
+
+
+def test_read_only_refuses_every_write_and_changes_nothing(data_path: Path) -> None:
+    app = service.create_app(service.open_data(str(data_path), None), access_log=False)
+    before = data_path.read_bytes()
+    for method, route in (("POST", "/v2/queues"), ("DELETE", "/v2/queues/emails"), ("POST", "/v2/queues/emails/pause"),
+                          ("POST", "/v2/topics/orders/endpoints"), ("DELETE", "/v2/topics/orders")):
+        response = send(app, method, route, {"queueName": "x", "parallelism": 1})
+        assert response.status == 405 and "--writable" in response.json()["error"]
+    assert data_path.read_bytes() == before
+
+
+def test_the_writable_setting(tmp_path: Path, monkeypatch: Any) -> None:
+    path = write_json(tmp_path / "data.json", copy.deepcopy(accounts_document()))
+    app = service.make_app({"QSTASH_LISTS_DATA": str(path), "QSTASH_LISTS_WRITABLE": "1"})
+    assert send(app, "DELETE", "/v2/queues/emails").status == 200
+    with pytest.raises(SystemExit):
+        service.make_app({"QSTASH_LISTS_DATA": str(path), "QSTASH_LISTS_WRITABLE": "maybe"})
