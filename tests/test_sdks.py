@@ -25,6 +25,7 @@ from helpers import (
     Server,
     free_port,
     serving,
+    started,
     write_json,
 )
 
@@ -163,3 +164,91 @@ def test_the_readme_lists_every_release_the_matrix_checks() -> None:
         for language, versions in matrix.RELEASES.items()}
     readme = (ROOT / "README.md").read_text().splitlines()
     assert all(line in readme for line in matrix.works_with(lines)), matrix.works_with(lines)
+
+
+@pytest.fixture(scope="module", params=["python app.py", "uwsgi"])
+def writable(request: Any, tmp_path_factory: Any) -> Any:
+    """A --writable server: python app.py, or the documented uWSGI recipe (two processes) with
+    QSTASH_LISTS_WRITABLE=1, where a write in one process must be read back from the other."""
+    data = write_json(tmp_path_factory.mktemp("writes") / "data.json", {"accounts": [{"token": TOKEN_A}]})
+    if request.param == "python app.py":
+        with serving(data, "--writable", "--quiet") as running:
+            yield running.url
+        return
+    from test_hostile import deploy_command, wait_until_answered
+    from test_workers import UWSGI
+
+    if UWSGI is None:
+        pytest.skip("no uwsgi")
+    port = free_port()
+    env = {"QSTASH_LISTS_DATA": str(data), "QSTASH_LISTS_WRITABLE": "1", "PYTHONPATH": str(ROOT)}
+    with started([UWSGI] + deploy_command("uwsgi", port)[1:], env, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL) as master:
+        write_json(data, {"accounts": [{"token": TOKEN_A, "queues": [ALPHA_QUEUE]}]})
+        wait_until_answered(port)
+        yield "http://127.0.0.1:%d" % port
+        master.terminate()
+
+
+def check_writes(result: Dict[str, Any], prefix: str, python: bool) -> None:
+    """What each step read back, in the SDK's own shapes."""
+    queue, group = prefix + "-queue", prefix + "-group"
+    created = "created_at" if python else "createdAt"
+    got = result["got"]
+    assert (got["name"], got["parallelism"], got["paused"], got["lag"]) == (queue, 1, False, 0)
+    assert result["got again"]["parallelism"] == 2 and result["got again"][created] == got[created]
+    assert [result[step]["paused"] for step in ("paused", "resumed", "upserted paused")] == [True, False, True]
+    assert queue in [q["name"] for q in result["listed"]]
+    assert queue not in [q["name"] for q in result["listed after delete"]]
+    one, two = {"url": "https://a.example/1"}, {"url": "https://a.example/2", "name": "second"}
+    if python:
+        one = dict(one, name=None)
+    assert (result["group"]["name"], result["group"]["endpoints"]) == (group, [one, two])
+    assert result["group after remove"]["endpoints"] == [two]
+    assert group not in [g["name"] for g in result["groups"]]
+    assert all(result[step] is None for step in ("upsert", "pause", "resume", "delete", "add endpoints",
+                                                 "remove endpoints", "delete group", "delete group again"))
+
+
+@needs_python_sdk
+@pytest.mark.parametrize("mode", ["sync", "asyncio"])
+def test_python_sdk_writes(writable: str, mode: str) -> None:
+    env = dict(os.environ, QSTASH_URL=writable, QSTASH_TOKEN=TOKEN_A)
+    done = subprocess.run([SDK_PYTHON, str(HERE / "sdk" / "sdk_writes.py"), mode, "py-" + mode], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    check_writes(json.loads(done.stdout), "py-" + mode, python=True)
+
+
+@needs_js_sdk
+def test_js_sdk_writes(writable: str) -> None:
+    env = dict(os.environ, QSTASH_URL=writable, QSTASH_TOKEN=TOKEN_A, QSTASH_LISTS_SDK_JS=SDK_JS)
+    done = subprocess.run(["node", str(HERE / "sdk" / "sdk_writes.mjs"), "js"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    check_writes(json.loads(done.stdout), "js", python=False)
+
+
+@needs_js_sdk
+def test_the_js_sdks_dev_mode_finds_a_file_of_accounts_with_the_dev_token(tmp_path: Path) -> None:
+    """Dev mode needs the dev token's account to answer the dev signing keys: in a file of accounts
+    too (given plainly or by digest), unless the file gives that account keys of its own."""
+    import hashlib
+
+    import app as service
+
+    script = Path(SDK_JS).parent / "dev-mode.mjs"
+    script.write_text(readme_block("`QSTASH_DEV=1 node dev-mode.mjs`"))
+    port = free_port()
+    digest = hashlib.sha256(service.DEV_TOKEN.encode()).hexdigest()
+    data = write_json(tmp_path / "data.json", {"accounts": [{"token": TOKEN_A}, {
+        "tokenSha256": digest, "urlGroups": [ALPHA_GROUP], "queues": [ALPHA_QUEUE]}]})
+    with serving(data, "--port", str(port), "--quiet") as server:
+        assert server.proc.stdout is not None
+        dev_mode = server.proc.stdout.readline()  # the banner's fourth line
+        assert dev_mode == "# the JS SDK's dev mode (QSTASH_DEV=1): set QSTASH_DEV_PORT=%d where the SDK runs\n" % port
+        env = {k: v for k, v in os.environ.items() if not k.startswith("QSTASH_")}
+        env.update(QSTASH_DEV="1", QSTASH_DEV_PORT=str(port))
+        done = subprocess.run(["node", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "name: 'emails'" in done.stdout and "name: 'orders'" in done.stdout

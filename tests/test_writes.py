@@ -140,7 +140,8 @@ BAD = [
      "with an absolute http or https url, or a name, and a printable name if any"),
     ("POST", "/v2/topics/a%20b/endpoints", {"endpoints": [{"url": "https://a/"}]},
      "bad request: a URL group's name has only letters, digits, '-', '.' and '_'"),
-    ("DELETE", "/v2/queues/caf\xc3\xa9", None, "bad request: a queue's name has only letters, digits, '-', '.' and '_'"),
+    ("DELETE", "/v2/queues/caf\xc3\xa9", None,
+     "bad request: a queue's name has only letters, digits, '-', '.' and '_'"),
 ]
 
 
