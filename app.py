@@ -1,15 +1,11 @@
-"""qstash-lists: QStash's URL groups and queues, served from a JSON file.
+"""qstash-lists: QStash's URL groups and queues, served from a JSON file (the HTTP part and the process).
 
-It answers ``GET /v2/topics``, ``GET /v2/queues``, one item of each by name and
-``GET /v2/keys``, behind bearer-token auth; with ``--writable``, QStash's writes of URL groups
-and queues too, saved to the file.  Serve with ``python app.py`` (``--help`` lists the
-settings), check a file with ``python app.py --check``.  Embed: ``make_app`` is the factory for
-``waitress-serve --call``, gunicorn and uWSGI (it reads the environment, see SETTINGS);
-``create_app`` serves a :class:`store.DataFile` you opened with :func:`open_data`.
-Standard library only; waitress is imported only to serve.
-
-Sections, in reading order: errors; response bodies; requests; the WSGI app; the access log;
-settings and ``make_app``; the command line and serving; ``--record``.
+It answers the reads of ``/v2/topics``, ``/v2/queues`` (each list and one item by name) and ``/v2/keys``
+behind bearer-token auth; with ``--writable``, QStash's writes of both, saved to the file.  Serve with
+``python app.py`` (``--help`` lists the settings); embed with ``make_app``, the factory for waitress-serve,
+gunicorn and uWSGI, or ``create_app(open_data(...))``.  Standard library only; waitress only to serve.
+Sections, in reading order: errors, response bodies, requests, the WSGI app, the access log, settings
+and make_app, the command line and serving, --record.
 """
 
 from __future__ import annotations
@@ -57,8 +53,7 @@ __all__ = ["DEV_TOKEN", "SETTINGS", "AccessLog", "HTTPError", "Snapshot", "creat
            "read_settings"]
 
 Headers = List[Tuple[str, str]]
-#: status line, headers, body, and why (for the access log only)
-Answer = Tuple[str, Headers, bytes, Optional[str]]
+Answer = Tuple[str, Headers, bytes, Optional[str]]  # status line, headers, body, and why (for the access log only)
 StartResponse = Callable[..., Callable[[bytes], object]]
 WSGIEnvironment = Dict[str, Any]
 WSGIApplication = Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]
@@ -74,15 +69,12 @@ ROUTES: Dict[str, Tuple[str, ...]] = {
     "/v2/topics": ("GET",), "/v2/topics/{name}": ("GET", "DELETE"), "/v2/topics/{name}/endpoints": ("POST", "DELETE"),
     "/v2/queues": ("GET", "POST"), "/v2/queues/{name}": ("GET", "DELETE"), "/v2/queues/{name}/pause": ("POST",),
     "/v2/queues/{name}/resume": ("POST",), "/v2/keys": ("GET",)}
-#: What a read of each route answers: the store.Account field, and what one of its items is called.
+#: What each collection answers: the store.Account field, and what one of its items is called.
 FIELDS = {"/v2/topics": ("url_groups", "URL group"), "/v2/queues": ("queues", "queue"),
           "/v2/keys": ("signing_keys", "")}
-#: The health check's path: no token needed; it says which version of the data file is served (see health).
-HEALTH_PATH = "/healthz"
-#: Bodies shorter than this are not worth compressing.
-GZIP_MIN = 1024
-#: The largest request body a write takes (QStash's writes carry a few hundred bytes).
-MAX_BODY = 64 * 1024
+HEALTH_PATH = "/healthz"  # no token needed; it says which version of the data file is served (see health)
+GZIP_MIN = 1024  # bodies shorter than this are not worth compressing
+MAX_BODY = 64 * 1024  # the largest body a write takes (QStash's carry a few hundred bytes)
 #: waitress's settings, chosen on purpose and measured (docs/deploying.md); the benchmark's
 #: baseline and the documented waitress-serve command use them too.
 WAITRESS_SETTINGS: Dict[str, Any] = {
@@ -102,18 +94,12 @@ WAITRESS_SETTINGS: Dict[str, Any] = {
 #: wrapped BytesIO back in small blocks (uWSGI 4 KB, gunicorn 8 KB, a write each), so they get
 #: the bytes whole, in one write (tests/benchmark.py --only table measures both).
 BY_REFERENCE = ("waitress.",)
-#: At most this many fields of a query are written to the access log (names only: any value may be a token).
-LOGGED_QUERY_FIELDS = 8
-#: A name longer than this is cut short where a message repeats it.
-SHOWN_NAME = 100
-#: More differently written qstash_token values than this in one query are refused unread.
-MAX_QUERY_TOKENS = 16
-#: Lines the command line's access log holds for a stream that does not keep up; past that, dropped and counted.
-ACCESS_LOG_BACKLOG = 10000
-#: How long the access log may take to write its last lines when the server stops.
-ACCESS_LOG_CLOSE_TIMEOUT = 1.0
-#: The most worker threads --threads allows (each has a stack; thousands only queue on 2 cores).
-MAX_THREADS = 1024
+LOGGED_QUERY_FIELDS = 8  # at most this many fields of a query in the access log (names only: a value may be a token)
+SHOWN_NAME = 100  # a name longer than this is cut short where a message repeats it
+MAX_QUERY_TOKENS = 16  # more differently written qstash_token values than this are refused unread
+ACCESS_LOG_BACKLOG = 10000  # lines held for a log stream that does not keep up; past that, dropped and counted
+ACCESS_LOG_CLOSE_TIMEOUT = 1.0  # how long the access log may take to write its last lines at a stop
+MAX_THREADS = 1024  # the most --threads allows (each has a stack; thousands only queue on 2 cores)
 
 logger = logging.getLogger("qstash_lists")
 access_logger = logging.getLogger("qstash_lists.access")
@@ -123,8 +109,7 @@ access_logger = logging.getLogger("qstash_lists.access")
 
 
 class HTTPError(Exception):
-    """An error answer: a status, a JSON ``{"error": message}`` body, extra headers, and ``why``
-    for the access log only."""
+    """An error answer: a status, a JSON ``{"error": message}`` body, extra headers, and ``why`` for the log only."""
 
     status = HTTPStatus.INTERNAL_SERVER_ERROR
     message = "internal server error; the server log has the details"
@@ -201,9 +186,8 @@ def _json_answer(status: HTTPStatus, document: Any, headers: Sequence[Tuple[str,
                  why: Optional[str] = None) -> Answer:
     """An answer of its own (an error, a write, the health check): compact JSON that no cache keeps."""
     body = store.encode(document)
-    return "%d %s" % (status, status.phrase), [
-        ("Content-Type", "application/json"), ("Content-Length", str(len(body))), ("Cache-Control", "no-store"),
-        ("X-Content-Type-Options", "nosniff")] + list(headers), body, why
+    return "%d %s" % (status, status.phrase), [("Content-Type", "application/json"), ("Content-Length", str(len(
+        body))), ("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")] + list(headers), body, why
 
 
 # ---- Response bodies: encoded once per loaded data file ------------------------------------------
@@ -475,55 +459,50 @@ def respond(environ: WSGIEnvironment, source: store.DataFile[Snapshot]) -> Answe
 def write(environ: WSGIEnvironment, source: store.DataFile[Snapshot], account: store.Account, route: str,
           name: Optional[str]) -> Answer:
     """Make one of QStash's writes to the token's account in the data file; answer the item as it is now."""
-    change: Callable[[Dict[str, Any], int], store.Change]
-    method, noun, name = environ.get("REQUEST_METHOD"), FIELDS[route.split("/{")[0]][1], name or ""
+    method, (field, noun) = environ.get("REQUEST_METHOD"), FIELDS[route.split("/{")[0]]
+    change: Tuple[Any, ...]  # a change in store, and what it takes after the account and the time
     if route == "/v2/queues":
         body = _body(environ)
         name = _field(body, "queueName", store.is_name, "a name of " + store.NAME_RULE)
-        parallelism = _field(body, "parallelism", lambda v: store.is_whole(v) and v >= 1,
-                             "a whole number from 1 to 2**53 - 1")
-        paused = _field(body, "paused", lambda v: v is None or type(v) is bool, "true or false")
-        change = lambda account, now: store.upsert_queue(account, now, name, parallelism, paused)  # noqa: E731
-    elif route.endswith(("/pause", "/resume")):
-        change = lambda account, now: store.pause_queue(account, now, name, route.endswith("/pause"))  # noqa: E731
+        change = (store.upsert_queue, name, _field(body, "parallelism", lambda v: store.is_whole(v) and v >= 1,
+                                                   "a whole number from 1 to 2**53 - 1"),
+                  _field(body, "paused", lambda v: v is None or type(v) is bool, "true or false"))
     elif route.endswith("/endpoints"):
-        endpoints = _endpoints(_body(environ), method == "POST")
         edit = store.add_endpoints if method == "POST" else store.remove_endpoints
-        change = lambda account, now: edit(account, now, name, endpoints)  # noqa: E731
+        change = (edit, name, _endpoints(_body(environ), method == "POST"))
+    elif route.endswith(("/pause", "/resume")):
+        change = (store.pause_queue, name, route.endswith("/pause"))
     else:
-        kind = "urlGroups" if route.startswith("/v2/topics") else "queues"
-        change = lambda account, now: store.delete_item(account, now, kind, name)  # noqa: E731
+        change = (store.delete_item, "urlGroups" if field == "url_groups" else "queues", name)
     try:
-        did, _ = source.update(account.token_sha256, change)
-    except store.Conflict as exc:
-        logger.error("%s; the write was refused and the file kept as it is", exc.faults[0] if exc.faults else exc)
-        raise HTTPError("conflict: the data file on the server was edited and does not load; nothing was written; "
-                        "the server log names the fault", status=HTTPStatus.CONFLICT, why="file invalid") from None
-    except store.TooLarge:
-        raise HTTPError("insufficient storage: the data file would be over the server's --max-size; nothing was "
-                        "written", status=HTTPStatus.INSUFFICIENT_STORAGE, why="too large") from None
+        did, _ = source.update(account.token_sha256, lambda document, now: change[0](document, now, *change[1:]))
     except LookupError:
         raise Unauthorized("account gone") from None
     except store.DataError as exc:
-        logger.error("%s", exc.faults[0] if exc.faults else exc)
+        logger.error("%s; nothing was written", exc.faults[0] if exc.faults else exc)
+        if isinstance(exc, (store.Conflict, store.TooLarge)):
+            raise HTTPError(*WRITE_REFUSED[type(exc)]) from None
         raise Unavailable("service unavailable: the data file cannot be written now; nothing was written; the "
                           "server log says why", why="not written") from None
     if did == "no such " + noun:
-        raise _no_such(noun, name)
+        raise _no_such(noun, name or "")
     snapshot = source.current()  # the write's own version, or a later one
     fresh = None if snapshot is None else snapshot.store.by_digest.get(account.token_sha256)
-    item = None if fresh is None or not name else fresh.item(FIELDS[route.split("/{")[0]][0], name)
-    return _json_answer(HTTPStatus.OK, item or {}, why=did)
+    return _json_answer(HTTPStatus.OK, fresh and name and fresh.item(field, name) or {}, why=did)
+
+
+#: What a write answers when the file on disk does not load (edited by hand), or would be too large.
+WRITE_REFUSED = {
+    store.Conflict: ("conflict: the data file on the server was edited and does not load; nothing was written; the "
+                     "server log names the fault", (), "file invalid", HTTPStatus.CONFLICT),
+    store.TooLarge: ("insufficient storage: the data file would be over the server's --max-size; nothing was written",
+                     (), "too large", HTTPStatus.INSUFFICIENT_STORAGE)}
 
 
 def health(environ: WSGIEnvironment, status: store.Status) -> Answer:
-    """Answer the health check: 200 while a good version of the data file is in service, else 503.
-
-    The body says which version (the SHA-256 of the file's bytes: the same on every replica that
-    serves the same file), when it was loaded, and whether the file on disk is another version
-    that could not be served, or not yet (``stale``), and since when: never a fault, a name or
-    anything else from the file.
-    """
+    """Answer the health check: 200 while a good version of the data file is in service, else 503.  The body
+    says which (the file's SHA-256: the same on every replica of the file), since when, and whether the file
+    on disk is another version not served (``stale``), since when: never a fault or anything from the file."""
     if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
         raise MethodNotAllowed(("GET", "HEAD"), False)
     ready = status.version is not None
@@ -538,10 +517,8 @@ def health(environ: WSGIEnvironment, status: store.Status) -> Answer:
 
 def create_app(source: store.DataFile[Snapshot], access_log: bool | AccessLog = True) -> WSGIApplication:
     """Return the WSGI callable that serves the snapshots of ``source`` (and writes it, if it is writable).
-
-    ``access_log``: True logs each request to the ``qstash_lists.access`` logger at INFO, an
-    AccessLog writes it in batches (the command line's), False not at all.
-    """
+    ``access_log``: True logs each request to the ``qstash_lists.access`` logger at INFO, an AccessLog writes
+    it in batches (the command line's), False not at all."""
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         started = time.perf_counter() if access_log else 0.0
@@ -584,11 +561,9 @@ def create_app(source: store.DataFile[Snapshot], access_log: bool | AccessLog = 
 
 
 class AccessLog:
-    """The command line's access log: a request only notes what it did, and a thread of its own
-    formats the lines and writes them to ``stream`` in batches, a few times a second (the logging
-    module's way, a line a request, costs far more: tests/benchmark.py).  A stream that does not
-    keep up never holds a request or the stop back: past ACCESS_LOG_BACKLOG lines are dropped,
-    and counted in the log when it can be written again."""
+    """The command line's access log: a request only notes what it did, and a thread of its own writes the
+    lines to ``stream`` in batches (a logging call a request costs far more: tests/benchmark.py).  A stream
+    that does not keep up holds back no request and no stop: past ACCESS_LOG_BACKLOG, lines are counted."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
@@ -628,8 +603,7 @@ class AccessLog:
                                                                 request, status, size, ms, why))
         if self._dropped:
             dropped, self._dropped = self._dropped, 0
-            lines.append("%s %d access log lines dropped: the log stream did not keep up\n" % (_utc(time.time()),
-                                                                                              dropped))
+            lines.append("%s %d access log lines dropped: the stream did not keep up\n" % (_utc(time.time()), dropped))
         if lines:
             try:  # to the descriptor: a write that blocks holds no lock that the interpreter's exit needs
                 os.write(self._stream.fileno(), "".join(lines).encode())
@@ -638,11 +612,8 @@ class AccessLog:
 
 
 def _request_line(environ: WSGIEnvironment) -> str:
-    """Return 'METHOD /path?query' for the log: printable, short, and no query value (any may be a token).
-
-    A field whose name is no plain name (a token pasted as the query) is redacted whole; after
-    LOGGED_QUERY_FIELDS fields, a count.
-    """
+    """Return 'METHOD /path?query' for the log: printable, short, no query value (any may be a token), and a
+    field whose name is no plain name (a token pasted as the query) redacted whole."""
     path = _printable((environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", ""))[:1000])
     line = "%s %s" % (_printable(environ.get("REQUEST_METHOD", "")), path)
     query = environ.get("QUERY_STRING", "")
@@ -656,8 +627,7 @@ def _request_line(environ: WSGIEnvironment) -> str:
     return line
 
 
-#: What _request_line reads of the environ, and the client's address first.
-_LOGGED_ENVIRON = ("REMOTE_ADDR", "REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO", "QUERY_STRING")
+_LOGGED_ENVIRON = ("REMOTE_ADDR", "REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO", "QUERY_STRING")  # the address first
 _PARAMETER_NAME = re.compile(r"[A-Za-z0-9_.%-]{1,24}")  # longer may be a token pasted as a name
 
 
@@ -680,9 +650,8 @@ class Setting(NamedTuple):
 
 
 def _token(text: str) -> str:
-    if text.startswith("Bearer "):
-        raise ValueError("drop the word 'Bearer': the variable holds the token alone")
-    problem = store.check_token(text)
+    problem = "drop the word 'Bearer': the variable holds the token alone" if text.startswith("Bearer ") else \
+        store.check_token(text)
     if problem is not None:
         raise ValueError(problem)
     return text
@@ -724,13 +693,12 @@ def _switch(text: str) -> bool:
     return text.lower() in ("1", "true", "yes", "on")
 
 
-#: Every setting, read in one place (read_settings) by main, make_app and --help, as waitress's
-#: Adjustments are: the command line wins over the environment, which wins over the default.
+#: Every setting, read in one place (read_settings) by main, make_app and --help, as waitress's Adjustments
+#: are: the command line wins over the environment, which wins over the default.
 SETTINGS: Dict[str, Setting] = {
     "data": Setting("--data", "QSTASH_LISTS_DATA", "data.json", str, "the data file"),
-    "token": Setting(None, "QSTASH_TOKEN", None, _token,
-                     "the token of a one-account data file (without it, on loopback only, the dev token "
-                     "that 'qstash dev' documents)"),
+    "token": Setting(None, "QSTASH_TOKEN", None, _token, "the token of a one-account data file (without it, on "
+                     "loopback only, the dev token that 'qstash dev' documents)"),
     "writable": Setting(None, "QSTASH_LISTS_WRITABLE", "0", _switch,
                         "1: take QStash's writes of URL groups and queues, saved to the data file (--writable)"),
     "max_size": Setting("--max-size", "QSTASH_LISTS_MAX_SIZE", "64M", _size,
@@ -754,17 +722,14 @@ class ConfigError(Exception):
 
 
 def read_settings(environ: Mapping[str, str], args: Optional[argparse.Namespace] = None) -> Dict[str, Any]:
-    """Return every setting, parsed (``args``: what the command line gave, None where nothing).
-
-    Raise ConfigError naming the first bad one; its value is never repeated: it may be a secret.
-    """
+    """Return every setting, parsed (``args``: what the command line gave, None where nothing).  Raise
+    ConfigError naming the first bad one; its value is never repeated: it may be a secret."""
     settings = {}
     for key, setting in SETTINGS.items():
         text, source = getattr(args, key, None), setting.option
         if text is None and setting.env is not None and setting.env in environ:
             text, source = environ[setting.env], setting.env
-        if text is None:
-            text = setting.default
+        text = setting.default if text is None else text
         try:
             if text == "":
                 raise ValueError("empty; give a value, or unset it for the default")
@@ -777,11 +742,9 @@ def read_settings(environ: Mapping[str, str], args: Optional[argparse.Namespace]
 def open_data(path: str, token: Optional[str], interval: float = 1.0, *, fallback: Optional[str] = None,
               max_size: int = store.DEFAULT_MAX_SIZE, required: bool = True,
               writable: bool = False) -> store.DataFile[Snapshot]:
-    """Load the data file at ``path`` and keep it fresh (see :class:`store.DataFile`).
-
-    ``token`` is a one-account file's (``fallback`` if None; see :func:`store.parse`).  Raise
-    DataError if the file is bad, unless not ``required``: then the app answers 503 until it is good.
-    """
+    """Load the data file at ``path`` and keep it fresh (see :class:`store.DataFile`).  ``token`` is a one-account
+    file's (``fallback`` if None; see :func:`store.parse`).  Raise DataError if the file is bad, unless not
+    ``required``: then the app answers 503 until it is good."""
     return store.DataFile(path, lambda raw: Snapshot(store.parse(raw, path, token, fallback)), interval,
                           max_size=max_size, required=required, writable=writable)
 
@@ -789,11 +752,10 @@ def open_data(path: str, token: Optional[str], interval: float = 1.0, *, fallbac
 def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
     """Build the app from the environment (the variables of SETTINGS): the factory for servers.
 
-    It cannot know its address, so it never falls back to the dev token.  What only the
-    environment can fix (a bad setting, a one-account file without QSTASH_TOKEN) stops the
-    server: one line on stderr and SystemExit(3), which gunicorn takes for a worker that
-    failed to boot, not one to boot again.  A bad or missing data file does not: the app
-    answers 503 until it is good.  Where nobody handles SIGHUP, it makes the reloader look now.
+    It cannot know its address, so it never falls back to the dev token.  What only the environment can fix
+    (a bad setting, a one-account file without QSTASH_TOKEN) stops the server: one line on stderr and
+    SystemExit(3), which gunicorn takes for a worker that failed to boot.  A bad or missing data file does
+    not: the app answers 503 until it is good.  Where nobody handles SIGHUP, it makes the reloader look now.
     """
     uwsgi = sys.modules.get("uwsgi")
     if uwsgi is not None:  # uWSGI forks its workers from C, where no os.register_at_fork hook runs
@@ -901,9 +863,8 @@ def _serve(settings: Mapping[str, Any], quiet: bool, data: store.DataFile[Snapsh
 
 def _banner(settings: Mapping[str, Any], loaded: store.Store, urls: List[str], port: Any, writable: bool) -> List[str]:
     """What to paste into the shell where the SDKs run, and whether the JS SDK's dev mode finds this server."""
-    lines = ["qstash-lists %s serving %s (%s) on %s%s" % (__version__, settings["data"], loaded.summary(),
-                                                          " ".join(urls), " (writable)" if writable else ""),
-             "export QSTASH_URL=%s" % urls[0]]
+    lines = ["qstash-lists %s serving %s (%s) on %s%s" % (__version__, settings["data"], loaded.summary(), " ".join(
+        urls), " (writable)" if writable else ""), "export QSTASH_URL=%s" % urls[0]]
     if not loaded.single_account:
         lines.append("# QSTASH_TOKEN: accounts from the data file; use your account's token")
     elif loaded.fallback_used:
@@ -922,20 +883,16 @@ def _banner(settings: Mapping[str, Any], loaded: store.Store, urls: List[str], p
 
 
 def _run(server: Any, socket_map: Dict[int, Any], stop_timeout: float) -> None:
-    """Serve until SIGTERM or SIGINT, then stop gracefully: refuse new connections, close idle
-    ones, and let the answers in flight finish, for at most ``stop_timeout`` seconds.  That reads
-    waitress's channels; a waitress without them stops as waitress.serve does, at once."""
+    """Serve until SIGTERM or SIGINT, then stop gracefully: refuse new connections, close idle ones, and let the
+    answers in flight finish, for at most ``stop_timeout`` seconds (reading waitress's channels, where it has
+    them; else it stops as waitress.serve does, at once)."""
     try:
         from waitress import wasyncore
         from waitress.channel import HTTPChannel
         from waitress.server import BaseWSGIServer
     except ImportError:
         logger.warning("this waitress has no channels as 3.0 has: SIGTERM stops at once, not gracefully")
-        try:
-            server.run()
-        finally:
-            server.close()
-        return
+        return server.run()  # type: ignore[no-any-return]
     deadline: List[float] = []
 
     def stop(signum: int, frame: Any) -> None:
@@ -986,7 +943,6 @@ class _UTCFormatter(logging.Formatter):
     """Log lines that start with an ISO 8601 UTC timestamp: 2026-11-23T18:41:39.123Z."""
 
     def formatTime(self, record: logging.LogRecord, datefmt: Optional[str] = None) -> str:  # noqa: N802
-        """Return the record's time as 2026-11-23T18:41:39.123Z."""
         return _utc(record.created)
 
 
@@ -1007,13 +963,11 @@ def _parser() -> argparse.ArgumentParser:
     environment = ["%s: %s (%s)" % (s.env, s.help, "for " + s.option if s.option else "default: " + str(s.default))
                    for s in SETTINGS.values() if s.env]
     parser = argparse.ArgumentParser(
-        prog=_program(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Serve QStash's URL groups and queues (GET /v2/topics, /v2/queues and one of each "
-                    "by name; with --writable, their writes too) from a JSON data file.",
+        prog=_program(), formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Serve QStash's URL groups and queues (GET /v2/topics, /v2/queues and one of each by name; "
+                    "with --writable, their writes too) from a JSON data file.",
         epilog="environment (the command line wins; nothing else is read):\n  " + "\n  ".join(environment)
-               + "\nsignals: SIGHUP makes the server look at the data file at once; SIGTERM or Ctrl-C stops it.",
-    )
+               + "\nsignals: SIGHUP makes the server look at the data file at once; SIGTERM or Ctrl-C stops it.")
     for key, setting in SETTINGS.items():
         if setting.option:
             default = ("$%s, else %s" % (setting.env, setting.default)) if setting.env else setting.default
@@ -1043,13 +997,9 @@ def _fail(lines: Sequence[str]) -> int:
 
 
 def _record(settings: Mapping[str, Any], signing_keys: bool) -> int:
-    """--record: fetch the account of QSTASH_TOKEN from --upstream and write it to the data file.
-
-    Fields the file format does not hold are left out (and named, never their values); the file
-    is checked as a served one would be and written by the one writer (store.record), or left as
-    it was.  The fetching has one deadline in all (--record-timeout), whatever the API does: a
-    drip-fed or endless answer, a slow name lookup, a loop of redirects.  Never prints the token.
-    """
+    """--record: fetch the account of QSTASH_TOKEN from --upstream and write it to the data file (store.record),
+    or leave the file as it was.  Fields a data file does not hold are left out and named (never their values).
+    One deadline bounds the fetching (--record-timeout), whatever the API does.  Never prints the token."""
     token, base, path, timeout = settings["token"], settings["upstream"], settings["data"], settings["record_timeout"]
     if token is None:
         return _fail(["QSTASH_TOKEN is not set: --record reads the account whose token it is"])
@@ -1058,21 +1008,13 @@ def _record(settings: Mapping[str, Any], signing_keys: bool) -> int:
 
     def download() -> None:
         dropped: set[str] = set()
-        document: Dict[str, Any] = {}
         try:
-            for key, route in (("urlGroups", "/v2/topics"), ("queues", "/v2/queues")):
-                asking[:] = [route]
-                answer = _fetch(base, route, token, settings["max_size"], timeout)
-                if type(answer) is not list or not all(type(item) is dict for item in answer):
-                    raise ConfigError("%s%s: expected a JSON array of objects; is --upstream (QSTASH_LISTS_UPSTREAM) "
-                                      "the QStash API?"
-                                      % (base, route))
-                document[key] = [store.from_api(item, key, dropped) for item in answer]
+            document: Dict[str, Any] = {key: [store.from_api(item, key, dropped) for item in _fetch(
+                base, route, token, settings["max_size"], timeout, asking)] for key, route in (
+                ("urlGroups", "/v2/topics"), ("queues", "/v2/queues"))}
             if signing_keys:
-                asking[:] = ["/v2/keys"]
-                answer = _fetch(base, "/v2/keys", token, settings["max_size"], timeout)
-                document["signingKeys"] = {k: answer.get(k) for k in ("current", "next")} if type(answer) is dict \
-                    else {}
+                keys = _fetch(base, "/v2/keys", token, settings["max_size"], timeout, asking)
+                document["signingKeys"] = {k: keys.get(k) for k in ("current", "next")}
             outcome.append((document, dropped))
         except ConfigError as exc:
             outcome.append(exc)
@@ -1098,46 +1040,45 @@ def _record(settings: Mapping[str, Any], signing_keys: bool) -> int:
     return 0
 
 
-def _fetch(base: str, route: str, token: str, max_size: int, timeout: float) -> Any:
-    """GET ``route`` of the QStash API at ``base``: its JSON, or ConfigError saying what happened and what to do."""
+def _fetch(base: str, route: str, token: str, max_size: int, timeout: float, asking: List[str]) -> Any:
+    """GET ``route`` of the QStash API at ``base`` (noted in ``asking``): a JSON array of objects (/v2/keys: an
+    object), or ConfigError saying what happened and what to do."""
+    asking[:] = [route]
     request = urllib.request.Request(base + route, headers={"Authorization": "Bearer " + token})
-    where = "GET %s%s" % (base, route)
-    fix = "is --upstream (QSTASH_LISTS_UPSTREAM) the QStash API?"
+    where, fix = "GET %s%s" % (base, route), "is --upstream (QSTASH_LISTS_UPSTREAM) the QStash API?"
+    ours = "that is a qstash-lists server, not QStash; set --upstream (QSTASH_LISTS_UPSTREAM) to QStash's API"
     try:
         with urllib.request.build_opener(_NoRedirects).open(request, timeout=timeout) as response:
             if response.headers.get("Server") == WAITRESS_SETTINGS["ident"]:
-                raise ConfigError("%s: that is a qstash-lists server, not QStash; set --upstream "
-                                  "(QSTASH_LISTS_UPSTREAM) to QStash's API, such as https://qstash.upstash.io" % where)
+                raise ConfigError("%s: %s, such as https://qstash.upstash.io" % (where, ours))
             chunks, total = [], 0
             while total <= max_size:  # never the whole limit at once: it may be gigabytes
-                chunk = response.read(min(max_size + 1 - total, 1 << 20))
-                if not chunk:
+                chunks.append(response.read(min(max_size + 1 - total, 1 << 20)))
+                total += len(chunks[-1])
+                if not chunks[-1]:
                     break
-                chunks.append(chunk)
-                total += len(chunk)
     except urllib.error.HTTPError as exc:
-        if exc.headers.get("Server") == WAITRESS_SETTINGS["ident"]:
-            fix = "that is a qstash-lists server, not QStash; set --upstream (QSTASH_LISTS_UPSTREAM) to QStash's API"
-        elif exc.code in (401, 403):
-            fix = "check QSTASH_TOKEN"
-        elif exc.code >= 500:
-            fix = "try again later"
-        elif 300 <= exc.code < 400:  # the token goes to --upstream only, never on to where it points
-            fix = "not followed; %s (%s)" % (fix, exc.headers.get("Location", "no Location"))
+        fix = ours if exc.headers.get("Server") == WAITRESS_SETTINGS["ident"] else "check QSTASH_TOKEN" if exc.code in (
+            401, 403) else "try again later" if exc.code >= 500 else "not followed; %s (%s)" % (fix, exc.headers.get(
+                "Location", "no Location")) if 300 <= exc.code < 400 else fix  # a redirect: the token goes nowhere else
         raise ConfigError("%s: answered %d %s; %s" % (where, exc.code, exc.reason, fix)) from None
     except (urllib.error.URLError, OSError, UnicodeError) as exc:
-        reason = getattr(exc, "reason", exc)
         raise ConfigError("%s: no answer (%s); check --upstream (QSTASH_LISTS_UPSTREAM) and the network"
-                          % (where, reason)) from None
+                          % (where, getattr(exc, "reason", exc))) from None
     except http.client.HTTPException as exc:  # an answer cut short or malformed
         raise ConfigError("%s: a broken answer (%s); try again later" % (where, type(exc).__name__)) from None
     if total > max_size:
         raise ConfigError("%s: the answer is over %s (--max-size)" % (where, store.megabytes(max_size)))
     try:
-        return json.loads(b"".join(chunks))
+        answer = json.loads(b"".join(chunks))
     except (ValueError, RecursionError) as exc:
         what = "nested too deeply" if isinstance(exc, RecursionError) else "not JSON"
         raise ConfigError("%s: the answer is %s; %s" % (where, what, fix)) from None
+    if route == "/v2/keys":
+        return answer if type(answer) is dict else {}
+    if type(answer) is not list or not all(type(item) is dict for item in answer):
+        raise ConfigError("%s%s: expected a JSON array of objects; %s" % (base, route, fix))
+    return answer
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):

@@ -1,11 +1,9 @@
-"""The data behind qstash-lists: load, validate, watch and write the JSON data file.
+"""The data behind qstash-lists: load, validate, watch and write the JSON data file (no HTTP here).
 
-The file holds one account (``{"urlGroups": [...], "queues": [...]}``, whose token the
-caller supplies) or several (``{"accounts": [{"token": ...}, ...]}``).  It becomes
-dataclasses, or a :class:`DataError` that lists every fault with its exact place.
-:class:`DataFile` keeps the last good snapshot of a file that people edit while it is
-served, and is its one writer (:meth:`DataFile.update`, :func:`record`).  Nothing here
-knows about HTTP.  From the shell: ``python app.py --check --data FILE``.
+The file holds one account (``{"urlGroups": [...], "queues": [...]}``, whose token the caller supplies)
+or several (``{"accounts": [{"token": ...}, ...]}``).  It becomes dataclasses, or a :class:`DataError`
+listing every fault with its place.  :class:`DataFile` keeps the last good snapshot of a file people edit
+while it is served, and is its one writer.  From the shell: ``python app.py --check --data FILE``.
 """
 
 import contextlib
@@ -19,7 +17,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterator, Mapping, NamedTuple, Optional, Sequence, TypeVar, Union, cast
+from typing import Any, Callable, Generic, Iterator, Mapping, NamedTuple, Optional, TypeVar, Union, cast
 from urllib.parse import urlsplit
 
 __all__ = ["Account", "Conflict", "DataError", "DataFile", "Endpoint", "FileChanging", "Queue", "Status", "Store",
@@ -41,25 +39,17 @@ EXAMPLE: dict[str, Any] = {"urlGroups": [
     {"createdAt": 1700002000000, "updatedAt": 1700003000000, "name": "reports", "parallelism": 1, "lag": 12,
      "paused": True},
 ]}
-#: A data file larger than this is refused (``--max-size``, ``QSTASH_LISTS_MAX_SIZE``).  Loading
-#: takes several times a file's size in memory (tests/benchmark.py measures it).
-DEFAULT_MAX_SIZE = 64 * 1024 * 1024
-#: An integer of more digits than this is refused as "too long", the same on every Python
-#: (3.11 and later refuse over 4,300 digits while parsing; earlier ones parse any length).
+DEFAULT_MAX_SIZE = 64 * 1024 * 1024  # a larger data file is refused (--max-size); loading takes several times it
+#: An integer of more digits is "too long" on every Python (3.11+ refuse over 4,300 while parsing, earlier none).
 MAX_DIGITS = 20
 _TOO_LONG = 10**MAX_DIGITS
-#: The largest integer a JavaScript client reads back exactly.
-MAX_SAFE_INTEGER = 2**53 - 1
+MAX_SAFE_INTEGER = 2**53 - 1  # the largest integer a JavaScript client reads back exactly
 _YEAR_2001_MS = 978307200000
-#: How many faults one report lists before it stops counting them out.
-MAX_FAULTS = 50
-#: How often a file that changes while it is read is read again, in one look, before giving up.
-READ_ATTEMPTS = 4
-#: How long a write waits for another process's write to the same file before it gives up.
-LOCK_TIMEOUT = 10.0
+MAX_FAULTS = 50  # how many faults one report lists before it counts the rest
+READ_ATTEMPTS = 4  # reads of a file that changes while it is read, in one look, before giving up
+LOCK_TIMEOUT = 10.0  # how long a write waits for another process's write to the same file
 _READ_CHUNK = 1 << 24
-#: QStash's rule for the names of URL groups and queues (its OpenAPI document: a 400 otherwise).
-NAME_RULE = "only letters, digits, '-', '.' and '_'"
+NAME_RULE = "only letters, digits, '-', '.' and '_'"  # QStash's for URL groups and queues (a 400 otherwise)
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _TOKEN = re.compile(r"[!-~]+")  # visible ASCII: what fits in "Bearer <token>"
@@ -68,15 +58,15 @@ FIELDS = {"urlGroups": (("createdAt", "updatedAt", "name", "endpoints"), ()), "e
           "queues": (("createdAt", "updatedAt", "name", "parallelism", "lag"), ("paused",)),
           "accounts": ((), ("token", "tokenSha256", "urlGroups", "queues", "signingKeys")),
           "signingKeys": (("current", "next"), ()), "(top level)": ((), ("urlGroups", "queues", "signingKeys",
-                                                                                  "accounts"))}
+                                                                          "accounts"))}
+FIELD_NAMES = {"urlGroups": "url_groups", "queues": "queues"}  # the Account field of each array of the file
 _KEYS = {kind: (frozenset(required), frozenset(required + optional)) for kind, (required, optional) in FIELDS.items()}
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFDIR: "a directory",
           stat.S_IFSOCK: "a socket", stat.S_IFBLK: "a block device"}
 
 T = TypeVar("T")
-R = TypeVar("R")
-#: What tells one version of a file from another: inode, device, size, mtime and ctime.  A
-#: writer can set the mtime back (``cp -p``, ``tar``, reproducible builds), never the ctime.
+#: What tells one version of a file from another: inode, device, size, mtime and ctime (a writer can set
+#: the mtime back, as cp -p and tar do, never the ctime).
 Signature = tuple[int, int, int, int, int]
 
 
@@ -168,14 +158,11 @@ def encode(document: Any) -> bytes:
 class Account:
     """The URL groups and queues that one token sees."""
 
-    # Only the digest is kept, and it stays out of repr: a weak token could be guessed from it.
-    token_sha256: bytes = field(repr=False)
+    token_sha256: bytes = field(repr=False)  # only the digest, and not in repr: a weak token could be guessed
     url_groups: tuple[UrlGroup, ...] = ()
     queues: tuple[Queue, ...] = ()
-    #: "url_groups" / "queues" -> {name: position}: finding one item by name is one lookup.
-    names: Mapping[str, Mapping[str, int]] = field(default_factory=dict, repr=False, compare=False)
-    #: (current, next): the account's signing keys, if the file gives them.  Secrets: never in a repr.
-    signing_keys: Optional[tuple[str, str]] = field(default=None, repr=False)
+    names: Mapping[str, Mapping[str, int]] = field(default_factory=dict, repr=False, compare=False)  # kind: name: i
+    signing_keys: Optional[tuple[str, str]] = field(default=None, repr=False)  # (current, next); secrets
 
     def item(self, kind: str, name: str) -> Optional[Item]:
         """Return the item of ``kind`` ("url_groups" or "queues") named ``name``, or None."""
@@ -189,42 +176,30 @@ class Store:
     """Every account of one loaded data file, found by the SHA-256 digest of its token."""
 
     accounts: tuple[Account, ...]
-    #: The file holds one account ({"urlGroups": ..., "queues": ...}), not a list of accounts.
-    single_account: bool = False
-    #: ... and is served with the fallback token because no token was given (see parse).
-    fallback_used: bool = False
+    single_account: bool = False  # the file holds one account ({"urlGroups": ..., "queues": ...})
+    fallback_used: bool = False  # ... served with the fallback token, as no token was given (see parse)
     by_digest: Mapping[bytes, Account] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_digest", {account.token_sha256: account for account in self.accounts})
 
     def find(self, token: bytes) -> Optional[Account]:
-        """Return the account whose token is ``token``, or None: one lookup, whatever their number.
-
-        Keyed by the tokens' SHA-256 digests: a probe's timing tells at most how a digest of
-        the prober's choosing compares with stored ones, and a digest cannot be steered
-        towards a secret one, so neither a token nor its length leaks.
-        """
+        """Return the account whose token is ``token``, or None: one lookup by its SHA-256 digest, so that
+        a probe's timing tells at most how a digest of its choosing compares: no token, nor its length."""
         return self.by_digest.get(hashlib.sha256(token).digest())
 
     def warnings(self, source: str) -> list[str]:
         """Return what looks wrong in a valid file, one line each: no account, times in seconds."""
         if not self.accounts:
             return ["%s: warning: no account at all: every request will get 401" % source]
-        early = []  # before 2001 as milliseconds: most likely seconds
-        for i, account in enumerate(self.accounts):
-            prefix = "" if self.single_account else "accounts[%d]." % i
-            kinds: tuple[tuple[str, Sequence[Item]], ...] = (("urlGroups", account.url_groups),
-                                                              ("queues", account.queues))
-            for kind, items in kinds:
-                early += ["%s%s[%d].%s" % (prefix, kind, j, name) for j, item in enumerate(items)
-                          for name, value in (("createdAt", item.created_at), ("updatedAt", item.updated_at))
-                          if 0 < value < _YEAR_2001_MS]
-        if not early:
-            return []
+        early = ["%s%s[%d].%s" % ("" if self.single_account else "accounts[%d]." % i, kind, j, name)  # before 2001
+                 for i, account in enumerate(self.accounts) for kind in ("urlGroups", "queues")
+                 for j, item in enumerate(cast("tuple[Item, ...]", getattr(account, FIELD_NAMES[kind])))
+                 for name, value in (("createdAt", item.created_at), ("updatedAt", item.updated_at))
+                 if 0 < value < _YEAR_2001_MS]
         more = " (and %d more)" % (len(early) - 1) if len(early) > 1 else ""
         return ["%s: warning: %s%s looks like seconds, not milliseconds (before 2001 as milliseconds)"
-                % (source, early[0], more)]
+                % (source, early[0], more)] if early else []
 
     def summary(self) -> str:
         """Return "N accounts, N URL groups, N queues"."""
@@ -290,12 +265,8 @@ def load(path: str, token: Optional[str], fallback: Optional[str] = None,
 
 
 def parse(raw: bytes, source: str, token: Optional[str], fallback: Optional[str] = None) -> Store:
-    """Validate the JSON document ``raw``; ``source`` names it in fault messages.
-
-    This one parse decides the form: a one-account file gets ``token``, or ``fallback`` if
-    that is None (then ``fallback_used``), or raises TokenMissing if both are; a file that
-    lists accounts names their tokens itself.
-    """
+    """Validate the JSON document ``raw`` (``source`` names it in messages).  A one-account file gets
+    ``token``, or ``fallback`` if that is None (then ``fallback_used``), or raises TokenMissing if both are."""
     checker = _Checker()
     accounts = checker.document(_json(raw, source), fallback if token is None else token)
     if checker.faults:
@@ -339,10 +310,8 @@ def _json(raw: bytes, source: str) -> Any:
             # only then parse again, keeping long integers out of int(), so the checker can say where.
             return json.loads(text, object_pairs_hook=_pairs, parse_int=_parse_int)
     except json.JSONDecodeError as exc:
-        before = text[:exc.pos].rstrip()
-        message = exc.msg
-        if before.endswith(",") and text[exc.pos:exc.pos + 1] in "]}":
-            message = "a comma before the closing '%s' (JSON allows none)" % text[exc.pos]
+        comma = text[:exc.pos].rstrip().endswith(",") and text[exc.pos:exc.pos + 1] in ("]", "}")
+        message = "a comma before the closing '%s' (JSON allows none)" % text[exc.pos] if comma else exc.msg
         raise DataError(["%s: line %d, column %d: invalid JSON: %s" % (source, exc.lineno, exc.colno, message)]) \
             from None
     except RecursionError:
@@ -350,9 +319,9 @@ def _json(raw: bytes, source: str) -> Any:
 
 
 class _Checker:
-    """Turns the parsed document into dataclasses, judging each value once by the rules above and
-    noting every fault.  A place (``"accounts[1].queues[3].lag"``) is spelled out only for a fault:
-    each element is built by a method that takes its array's place and its index."""
+    """Turns the parsed document into dataclasses, judging each value once by the rules above and noting
+    every fault.  A place (``accounts[1].queues[3].lag``) is spelled out only for a fault: an element's
+    method takes its array's place and its index."""
 
     def __init__(self) -> None:
         self.faults: list[str] = []
@@ -569,11 +538,9 @@ def _is_long(value: Any) -> bool:
 def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> tuple[bytes, Signature]:
     """Return the bytes of the data file at ``path`` and the signature of the version read.
 
-    Never blocks: opened with O_NONBLOCK, it must be a regular file (so no FIFO or device)
-    of at most ``max_size`` bytes, as ``fstat`` on the descriptor says (a symlink is judged
-    by its target).  A version that changes while it is read is read again; FileChanging
-    if it keeps changing.  Each refusal is a DataError of one line, with the signature it
-    judged (None when the file could not be opened, or kept changing).
+    Never blocks: opened with O_NONBLOCK, it must be a regular file of at most ``max_size`` bytes, as
+    ``fstat`` says.  A version that changes while it is read is read again (FileChanging if it keeps
+    changing).  A refusal is a DataError of one line, with the signature judged (None if not opened).
     """
     for _ in range(READ_ATTEMPTS):
         fd = _open(path)
@@ -650,12 +617,9 @@ def _signature(st: os.stat_result) -> Signature:
 
 @contextlib.contextmanager
 def _locked(path: str, max_size: int) -> Iterator[tuple[str, bytes, os.stat_result]]:
-    """Hold the lock every writer on this machine takes, and yield the file's target, bytes and stat.
-
-    The lock is an exclusive ``flock`` on the data file itself (a symlink's target): a writer
-    replaces the file, so one who got the lock on a version since replaced lets go and takes the
-    new one.  What is read under it is the latest version.  Waits at most LOCK_TIMEOUT.
-    """
+    """Hold the lock every writer on this machine takes, and yield the file's target, bytes and stat: an
+    exclusive ``flock`` on the file itself (a symlink's target), taken again on a version replaced meanwhile,
+    so what is read under it is the latest version.  Waits at most LOCK_TIMEOUT."""
     import fcntl  # POSIX only: writes need it, reads do not
 
     target = os.path.realpath(path)
@@ -686,11 +650,9 @@ def _locked(path: str, max_size: int) -> Iterator[tuple[str, bytes, os.stat_resu
 
 
 def _replace(target: str, raw: bytes, old: Optional[os.stat_result], source: str) -> int:
-    """Write ``raw`` to a temporary file beside ``target``, fsync'd, with the old file's mode and
-    owner, and rename it over ``target``: a reader sees the old version or the new, never half.
-    Return the new file's descriptor, holding the writers' lock (see _locked) until the caller
-    closes it, so that no writer replaces it before its caller is done.  The temporary file is
-    removed on every way out, SystemExit from a signal handler included."""
+    """Write ``raw`` to a temporary file beside ``target``, fsync'd, with the old file's mode and owner, and
+    rename it over ``target``: a reader sees the old version or the new, never half.  Return its descriptor,
+    holding the writers' lock until the caller closes it.  The temporary file goes on every way out."""
     import fcntl
 
     directory, name = os.path.split(target)
@@ -738,8 +700,8 @@ def _dump(document: Any, source: str, max_size: int) -> bytes:
 
 
 def record(path: str, document: dict[str, Any], token: str, max_size: int = DEFAULT_MAX_SIZE) -> Store:
-    """Check ``document`` as a one-account data file for ``token``, then write it to ``path`` whole
-    (see _replace), under the writers' lock if the file is there.  Raise DataError and leave it as it was."""
+    """Check ``document`` as a one-account data file for ``token``, then write it to ``path`` (see _replace),
+    under the writers' lock.  Raise DataError and leave the file as it was."""
     raw = _dump(document, path, max_size)
     loaded = parse(raw, path, token)
     if not os.path.lexists(path):
@@ -856,29 +818,22 @@ def _account_of(document: dict[str, Any], digest: bytes) -> Optional[dict[str, A
 class Status(NamedTuple):
     """What a DataFile serves, for a health check: nothing from the file but its digest."""
 
-    #: The SHA-256 of the bytes in service, as ``sha256sum FILE`` prints it (None: nothing good yet).
-    version: Optional[str] = None
-    #: When that version was put in service (a Unix time).
-    loaded_at: Optional[float] = None
-    #: When the last look at the file failed, None if it did not: the file on disk is not what is served.
-    failed_at: Optional[float] = None
+    version: Optional[str] = None  # the SHA-256 of the bytes in service, as sha256sum prints it; None: none yet
+    loaded_at: Optional[float] = None  # when that version was put in service (a Unix time)
+    failed_at: Optional[float] = None  # since when the file on disk is not what is served (a failed look)
 
 
 class DataFile(Generic[T]):
     """The last good snapshot of a data file that may change while it is served, and its one writer.
 
-    A reloader thread looks at the file's signature every ``interval`` seconds and, when it
-    changed, reads the file and builds a new snapshot with ``build(raw)`` aside, then puts it
-    in service whole: requests only read :meth:`current` and never wait.  A version that
-    cannot be read or built (DataError) is logged when the fault starts and when it ends, and
-    the last good snapshot stays (:meth:`status` says which version is in service, and whether
-    the file on disk differs).  :meth:`wake` asks for a look now, changed or not (SIGHUP);
-    :meth:`close` stops the thread.  Each process has its own reloader: a forked one starts it
-    at the fork (os.register_at_fork, or :func:`after_fork` from a server's own hook) and looks
-    at once.  The first load is the constructor's: its DataError is raised if ``required``,
-    else logged, and :meth:`current` returns None until a good version appears.
-    ``writable``: :meth:`update` writes the file, and :meth:`current` first looks whether
-    another process has, so that a write is seen by the next read in every process.
+    A reloader thread looks at the file's signature every ``interval`` seconds (or when woken:
+    SIGHUP), builds a changed version with ``build(raw)`` aside and puts it in service whole:
+    requests only read :meth:`current`.  A version that cannot be read or built is logged when the
+    fault starts and when it ends, and the last good snapshot stays.  Each process has its own
+    reloader, started at a fork (Python's hook, or :func:`after_fork` from a server's), which looks
+    at once.  The constructor's first load raises DataError if ``required``; else :meth:`current`
+    is None until a good version appears.  ``writable``: :meth:`update` writes the file, and
+    :meth:`current` first looks whether another process has, so that every next read sees a write.
     """
 
     def __init__(self, path: str, build: Callable[[bytes], T], interval: float = 1.0, *,
@@ -940,9 +895,9 @@ class DataFile(Generic[T]):
             return False
 
     def update(self, digest: bytes, change: Callable[[dict[str, Any], int], Change]) -> Change:
-        """Apply ``change`` to the account whose token's digest is ``digest``, in the latest version of the
-        file, and write it whole; serve it at once.  Raise Conflict for a file on disk that does not load
-        (it is kept byte for byte), TooLarge, LookupError for an account no longer in the file, DataError."""
+        """Apply ``change`` to the account of the token whose digest is ``digest`` in the latest version, write
+        it whole and serve it.  Raise Conflict (a file that does not load, kept as it is), TooLarge, LookupError
+        (no such account any more) or DataError."""
         with self._writing, _locked(self.path, self.max_size) as (target, raw, old):
             if _signature(old) != self._state[0] or self._state[2].failed_at is not None:  # never overwrite a bad one
                 try:
@@ -966,7 +921,7 @@ class DataFile(Generic[T]):
             return outcome
 
     def _load(self) -> Optional[DataError]:
-        """Read and build the file; return its fault, if any.  Callers hold the lock (or are the constructor)."""
+        """Read and build the file; return its fault, if any (callers hold the lock, or are the constructor)."""
         signature = None
         try:
             raw, signature = read(self.path, self.max_size)

@@ -235,7 +235,8 @@ def run(mutant: Mutant, python: str) -> Tuple[Mutant, bool, str]:
             source += "\n_SHARED: Dict[str, Dict[str, int]] = {'url_groups': {}, 'queues': {}}\n"
         (copy / mutant.file).write_text(source)
         try:
-            done = subprocess.run([python, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"] + list(mutant.tests),
+            done = subprocess.run([python, "-m", "pytest", "-x", "-q", "-n", "0", "-p",
+                                   "no:cacheprovider"] + list(mutant.tests),
                                   cwd=str(copy), capture_output=True, text=True, timeout=600)
         except subprocess.TimeoutExpired:
             return mutant, True, "timed out"

@@ -200,7 +200,8 @@ def check_writes(result: Dict[str, Any], prefix: str, python: bool) -> None:
     assert [result[step]["paused"] for step in ("paused", "resumed", "upserted paused")] == [True, False, True]
     assert queue in [q["name"] for q in result["listed"]]
     assert queue not in [q["name"] for q in result["listed after delete"]]
-    one, two = {"url": "https://a.example/1"}, {"url": "https://a.example/2", "name": "second"}
+    one: Dict[str, Any] = {"url": "https://a.example/1"}
+    two = {"url": "https://a.example/2", "name": "second"}
     if python:
         one = dict(one, name=None)
     assert (result["group"]["name"], result["group"]["endpoints"]) == (group, [one, two])
