@@ -122,3 +122,28 @@ def test_store_keeps_the_keys_in_the_account() -> None:
 def test_the_keys_are_compact_json(app: Any) -> None:
     compact = json.dumps(SIGNING_KEYS, separators=(",", ":")).encode()
     assert call(app, "/v2/keys", headers=bearer(TOKEN_A)).body == compact
+
+
+def test_signing_keys_are_stored_by_no_cache(app: Any) -> None:
+    response = call(app, "/v2/keys", headers=bearer(TOKEN_A))
+    assert response.headers["Cache-Control"] == "no-store"
+    assert call(app, "/v2/keys", headers=dict(bearer(TOKEN_A), **{"Accept-Encoding": "gzip"})).headers[
+        "Cache-Control"] == "no-store"
+    assert call(app, "/v2/queues", headers=bearer(TOKEN_A)).headers["Cache-Control"] == "private, no-cache"
+
+
+@pytest.mark.parametrize("given", ["token", "tokenSha256"])
+def test_the_dev_tokens_account_is_answered_the_dev_keys_in_a_file_of_accounts(tmp_path: Path, given: str) -> None:
+    """The JS SDK's dev mode checks GET /v2/keys with the dev token: any account of the dev token (given
+    plainly or by digest) is answered the published dev keys, unless the file gives it its own."""
+    import hashlib
+
+    value = service.DEV_TOKEN if given == "token" else hashlib.sha256(service.DEV_TOKEN.encode()).hexdigest()
+    document = {"accounts": [{"token": TOKEN_A}, {given: value}]}
+    app = service.create_app(service.open_data(str(write_json(tmp_path / "d.json", document)), None), access_log=False)
+    current, following = service.DEV_SIGNING_KEYS
+    assert call(app, "/v2/keys", headers=bearer(service.DEV_TOKEN)).json() == {"current": current, "next": following}
+    assert call(app, "/v2/keys", headers=bearer(TOKEN_A)).status == 404
+    document["accounts"][1]["signingKeys"] = SIGNING_KEYS
+    app = service.create_app(service.open_data(str(write_json(tmp_path / "d.json", document)), None), access_log=False)
+    assert call(app, "/v2/keys", headers=bearer(service.DEV_TOKEN)).json() == SIGNING_KEYS

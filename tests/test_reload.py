@@ -532,3 +532,44 @@ def test_a_child_forked_in_the_middle_of_a_build_serves_the_file_as_it_is_now(pa
     _, status = os.waitpid(pid, 0)
     data.close()
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+@pytest.mark.parametrize("make", ["socket", "unreadable"])
+def test_a_fault_that_lasts_is_logged_when_it_starts_and_when_it_ends(path: Path, caplog: Any, make: str,
+                                                                      monkeypatch: Any) -> None:
+    """A socket in place of the file, or a file this process may not open, for thirty looks: one
+    report (its line and what is served), and one line when it is good again; a socket named as one."""
+    import socket
+
+    good = path.read_bytes()
+    looks: List[int] = []
+    real = store._stat
+    monkeypatch.setattr(store, "_stat", lambda *args: (looks.append(1), real(*args))[1])
+    data = service.open_data(str(path), None, interval=0.05)
+    with caplog.at_level(logging.INFO, "qstash_lists"):
+        path.unlink()
+        if make == "socket":
+            server = socket.socket(socket.AF_UNIX)
+            server.bind(str(path))
+        else:
+            path.write_bytes(good)
+            path.chmod(0)
+            if os.access(path, os.R_OK):  # root reads anything: make it unreadable another way
+                path.unlink()
+                path.mkdir()
+        eventually(lambda: len(looks) > 30)
+        logged = [r.getMessage() for r in caplog.records]
+        if make == "socket":
+            server.close()
+            path.unlink()
+        elif path.is_dir():
+            path.rmdir()
+        else:
+            path.chmod(0o644)
+        path.write_bytes(good + b" ")
+        eventually(lambda: any("good again" in r.getMessage() for r in caplog.records))
+    data.close()
+    assert len(logged) == 2, logged
+    assert logged[1] == "%s: keeping the last good version" % path
+    if make == "socket":
+        assert logged[0] == "%s: cannot read: not a regular file but a socket" % path

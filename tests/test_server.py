@@ -8,6 +8,7 @@ import select
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -383,3 +384,28 @@ def test_every_request_answered_is_in_the_log_once_the_server_has_stopped(data_p
             assert server.get("/v2/queues/emails", {"Authorization": "Bearer " + TOKEN_A})[0] == 200
         code, _, err = server.stop()  # at once: the last batch is not due yet
     assert code == 0 and err.count('127.0.0.1 "GET /v2/queues/emails" 200 108 ') == 50
+
+
+def test_sigterm_ends_it_within_the_stop_timeout_whatever_its_stderr_does(data_path: Path) -> None:
+    """stderr a pipe that nobody reads: the access log's lines fill it, and the stop still takes at most
+    --stop-timeout and one second (lines that cannot be written are dropped, never waited for)."""
+    command = [sys.executable, str(ROOT / "app.py"), "--port", "0", "--data", str(data_path), "--stop-timeout", "1"]
+    with started(command) as proc:  # stderr piped, never read
+        assert proc.stdout is not None
+        url = re.search(r" on http://127\.0\.0\.1:(\d+)", proc.stdout.readline())
+        assert url is not None
+        request = b"GET /v2/queues/" + b"x" * 2000 + b" HTTP/1.1\r\nHost: t\r\n\r\n"  # long lines, 401s
+        with socket.create_connection(("127.0.0.1", int(url.group(1)))) as sock:
+            for _ in range(200):  # 400 KB of log lines: far past a pipe's 64 KB
+                sock.sendall(request * 10)
+                sock.recv(1 << 16)
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=10)
+        assert time.monotonic() - began < 1 + 1 + 1  # the stop timeout, one second for the log, and slack
+
+
+def test_the_modes_exclude_each_other() -> None:
+    for modes in (["--check", "--record"], ["--example", "--check"], ["--record", "--example"]):
+        code, out, err = run(modes)
+        assert (code, out) == (2, "") and "not allowed with argument" in err

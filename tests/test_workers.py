@@ -156,6 +156,8 @@ BOOT_FAILURES = {
                            "QSTASH_TOKEN: drop the word 'Bearer': the variable holds the token alone"),
     "no QSTASH_TOKEN for one account": ({}, "{data}: holds a single account, and QSTASH_TOKEN is not set: "
                                             "set it to the token its clients send"),
+    "an empty data path": ({"QSTASH_TOKEN": "t", "QSTASH_LISTS_DATA": ""},
+                           "QSTASH_LISTS_DATA: empty; give a value, or unset it for the default"),
     "an unreadable size": ({"QSTASH_TOKEN": "t", "QSTASH_LISTS_MAX_SIZE": "\u00b2"},
                            "QSTASH_LISTS_MAX_SIZE: expected a size in bytes from 1 to 4G, such as 64M (K, M or G "
                            "may follow the number)"),
@@ -171,7 +173,7 @@ def test_a_configuration_mistake_stops_every_server_with_one_line(tmp_path: Path
     command, _ = SERVERS[server]
     data = write_json(tmp_path / "data.json", {"queues": [ALPHA_QUEUE]})  # one account
     env, line = BOOT_FAILURES[mistake]
-    with started(command(free_port()), dict(env, QSTASH_LISTS_DATA=str(data), PYTHONPATH=str(ROOT)),
+    with started(command(free_port()), dict({"QSTASH_LISTS_DATA": str(data), "PYTHONPATH": str(ROOT)}, **env),
                  cwd=str(tmp_path)) as proc:
         _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
@@ -249,3 +251,28 @@ def test_the_throughput_recipe_finishes_the_answers_in_flight_on_sigterm(tmp_pat
     assert head.startswith(b"HTTP/1.1 200 ") and len(body) == len(expected) > 10000000 and body == expected
     assert stopping_mid_answer  # uWSGI had begun its stop while the answer was still coming
     assert "Traceback" not in log.text()
+
+
+@needs_uwsgi
+def test_uwsgi_workers_say_stale_while_the_file_differs_and_serve_an_edit_within_an_interval(tmp_path: Path) -> None:
+    """uWSGI forks its workers from C: each starts its reloader from uWSGI's own post-fork hook and looks
+    at once.  An edit then reaches every worker within the interval, and until a worker has it, its
+    /healthz says stale (the file on disk differs from what it serves)."""
+    import json
+
+    data = write_json(tmp_path / "data.json", big_document(10))
+    port = free_port()
+    for interval in ("3600", "0.5"):
+        env = {"QSTASH_LISTS_DATA": str(data), "PYTHONPATH": str(ROOT), "QSTASH_LISTS_INTERVAL": interval}
+        with started([UWSGI] + deploy_command("uwsgi", port)[1:], env, cwd=str(tmp_path)) as master:
+            Output(master.stderr)
+            wait_until_answered(port, timeout=60)
+            replace(data, big_document(10, extra="edited-" + interval))
+            if interval == "3600":  # no look for an hour: every worker says so
+                healths = [json.loads(get("127.0.0.1", port, "/healthz", token=None)[1]) for _ in range(20)]
+                assert all(health["stale"] for health in healths), healths
+            else:
+                eventually(lambda: everyone_serves(port, "edited-0.5"), timeout=5)
+                assert not json.loads(get("127.0.0.1", port, "/healthz", token=None)[1])["stale"]
+            master.terminate()
+            master.wait(timeout=30)
