@@ -15,6 +15,7 @@ to 127.0.0.1.
 """
 
 import argparse
+import functools
 import http.client
 import io
 import json
@@ -284,7 +285,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--item-queues", type=int, default=100000,
                         help="queues in the file for the per-item body memory (0: skip items)")
     parser.add_argument("--only", choices=["table", "servers", "items", "load", "accounts", "reload", "check",
-                                           "junk", "hostile", "gunicorn"],
+                                           "junk", "hostile", "gunicorn", "writes", "memory"],
                         help="run only this part")
     parser.add_argument("--reloads", type=int, default=7, help="reloads timed for each kind (default: 7)")
     parser.add_argument("--serve-baseline", metavar="RESPONSE", help=argparse.SUPPRESS)
@@ -322,6 +323,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             hostile_rows(tmp, first, summary)
         if args.only in (None, "gunicorn"):
             gunicorn_rows(tmp, args.rounds, args.seconds, args.connections, first, summary)
+        if args.only in (None, "writes"):
+            write_rows(tmp, args.sizes, args.rounds, args.seconds, args.connections, first, summary)
+        if args.only in (None, "memory"):
+            memory_rows(tmp, first, summary)
         if args.only in (None, "table"):
             table_rows(tmp, args.sizes, args.rounds, args.seconds, args.connections, first, summary)
         for size in args.sizes if args.only in (None, "servers") else []:
@@ -346,6 +351,13 @@ def main(argv: Optional[List[str]] = None) -> int:
                                           drive(base, AUTH), args.rounds, rows, "service", "baseline")
                     summary.append("service/baseline at %d queues: requests/s %.2f (target >= 0.95); CPU per "
                                    "request, baseline/service %s" % (size, ratio, "%.2f" % cost if cost else "-"))
+                    many = 4 * args.threads  # more connections than threads: requests wait for a thread
+                    ratio, cost = compare("%d queues, %d connections" % (size, many),
+                                          functools.partial(measure, svc, "/v2/queues", AUTH, args.seconds, many),
+                                          functools.partial(measure, base, "/v2/queues", AUTH, args.seconds, many),
+                                          args.rounds, rows, "service", "baseline")
+                    summary.append("service/baseline at %d queues, %d connections: requests/s %.2f (target >= 0.95)"
+                                   % (size, many, ratio))
                 finally:
                     base.close()
                 if size == 10000:
@@ -461,6 +473,108 @@ def check_rows(big: Path, rounds: int, rows: List[str], summary: List[str]) -> N
     rows.append("")
     summary.append("--check of 100,000 queues / json.load, whole process: CPU %.2f, peak memory %.2f "
                    "(target <= 3)" % (cpu, mem))
+
+
+def _writes(url: str, seconds: float, stop: Optional[threading.Event] = None) -> List[float]:
+    """Upsert one queue over one keep-alive connection, as fast as answers come, for ``seconds`` (or until
+    ``stop``): each write rewrites the whole file.  Return each write's time in seconds."""
+    port = int(url.rsplit(":", 1)[1])
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    times: List[float] = []
+    deadline = time.monotonic() + seconds
+    while (stop is None and time.monotonic() < deadline) or (stop is not None and not stop.is_set()):
+        body = json.dumps({"queueName": "queue-000001", "parallelism": len(times) % 9 + 1, "paused": False})
+        started = time.perf_counter()
+        conn.request("POST", "/v2/queues", body, dict(AUTH, **{"Content-Type": "application/json"}))
+        response = conn.getresponse()
+        response.read()
+        if response.status != 200:
+            raise SystemExit("a write answered %d" % response.status)
+        times.append(time.perf_counter() - started)
+    conn.close()
+    return times
+
+
+def write_rows(tmp: Path, sizes: List[int], rounds: int, seconds: float, connections: int, rows: List[str],
+               summary: List[str]) -> None:
+    """--writable: writes a second (each rewrites the file, fsync'd), and reads while a client writes
+    without pause against reads without it; and what --writable costs a read (a stat a request)."""
+    rows += ["| --writable, queues | writes/s (one client) | write p50 ms | write p99 ms |", "|---|---|---|---|"]
+    for size in sizes:
+        data = write_data(tmp, size)
+        copy = tmp / ("writable-%d.json" % size)
+        shutil.copy(data, copy)
+        writable = Server([sys.executable, "app.py", "--port", "0", "--data", str(copy), "--quiet", "--writable"])
+        reads = service(data, 8)
+        try:
+            times = sorted(t for _ in range(max(3, rounds // 3)) for t in _writes(writable.url, seconds))
+            rows.append("| %d | %.0f | %.2f | %.2f |" % (size, len(times) / sum(times), times[len(times) // 2] * 1000,
+                                                         times[int(len(times) * 0.99)] * 1000))
+            summary.append("writes at %d queues: %.0f a second from one client (each rewrites the %d-byte file)"
+                           % (size, len(times) / sum(times), copy.stat().st_size))
+
+            def storm(writable: Server = writable) -> Result:
+                stop = threading.Event()
+                writer = threading.Thread(target=_writes, args=(writable.url, seconds, stop))
+                writer.start()
+                try:
+                    return measure(writable, "/v2/queues", AUTH, seconds, connections)
+                finally:
+                    stop.set()
+                    writer.join()
+
+            rows_of_reads: List[str] = []
+            ratio, _ = compare("%d queues, reads" % size, storm,
+                               functools.partial(measure, writable, "/v2/queues", AUTH, seconds, connections), rounds,
+                               rows_of_reads, "during writes", "no writes")
+            rows += ["", "| case | server | requests/s | p50 ms | p99 ms | server CPU µs/request |",
+                     "|---|---|---|---|---|---|"] + rows_of_reads
+            summary.append("reads during a write storm / reads without, at %d queues: requests/s %.2f" % (size, ratio))
+            ratio, _ = compare("%d queues, reads" % size,
+                               functools.partial(measure, writable, "/v2/queues", AUTH, seconds, connections),
+                               functools.partial(measure, reads, "/v2/queues", AUTH, seconds, connections), rounds,
+                               rows,
+                               "--writable", "read-only")
+            summary.append("reads, --writable / read-only, at %d queues: requests/s %.2f" % (size, ratio))
+            rows += ["", "| --writable, queues | writes/s (one client) | write p50 ms | write p99 ms |",
+                     "|---|---|---|---|"]
+        finally:
+            writable.close()
+            reads.close()
+    rows.append("")
+
+
+def memory_rows(tmp: Path, rows: List[str], summary: List[str], accounts: int = 50000, reloads: int = 20) -> None:
+    """A process's resident memory at start and after ``reloads`` reloads of a file of many small accounts:
+    the reloader thread builds each snapshot, and glibc gives that thread an arena of its own, which
+    keeps what it freed.  MALLOC_ARENA_MAX=2 is measured beside the default (docs/performance.md)."""
+    document = {"accounts": [{"token": "t%d" % i, "queues": [{"createdAt": 1, "updatedAt": 1, "name": "q",
+                                                              "parallelism": 1, "lag": 0}]} for i in range(accounts)]}
+    path = tmp / "accounts.json"
+    path.write_text(json.dumps(document))
+    code = ("import app, sys, time\n"
+            "def rss():\n"
+            "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS')) // 1024\n"
+            "data = app.open_data(sys.argv[1], None, interval=3600)\n"
+            "seen = [rss()]\n"
+            "for n in range(1, %d + 1):\n"
+            "    before = data.status().loaded_at\n"
+            "    data.wake()\n"
+            "    while data.status().loaded_at == before:\n"
+            "        time.sleep(0.01)\n"
+            "    if n in (1, 5, %d):\n"
+            "        seen.append(rss())\n"
+            "print(*seen)\n" % (reloads, reloads))
+    rows += ["| %d accounts (%d MB file) | RSS at start, MB | after 1 reload | after 5 | after %d |" % (
+        accounts, path.stat().st_size >> 20, reloads), "|---|---|---|---|---|"]
+    for label, env in (("default", {}), ("MALLOC_ARENA_MAX=2", {"MALLOC_ARENA_MAX": "2"}),
+                       ("PYTHONMALLOC=malloc", {"PYTHONMALLOC": "malloc"})):
+        out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=str(ROOT),
+                             env=dict(os.environ, **env), timeout=600).stdout.split()
+        rows.append("| %s | %s |" % (label, " | ".join(out)))
+        summary.append("memory, %d accounts, %s: %s MB at start, %s MB after %d reloads" % (accounts, label, out[0],
+                                                                                          out[-1], reloads))
+    rows.append("")
 
 
 def rss_mb(pid: int, field: str = "VmRSS") -> float:

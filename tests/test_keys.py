@@ -4,7 +4,7 @@ and signing keys kept secret everywhere else: logs, faults, --check, error bodie
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict
 
 import pytest
 from helpers import SIGNING_KEYS, TOKEN_A, TOKEN_B, accounts_document, bearer, call, run, serving, write_json
@@ -139,7 +139,7 @@ def test_the_dev_tokens_account_is_answered_the_dev_keys_in_a_file_of_accounts(t
     import hashlib
 
     value = service.DEV_TOKEN if given == "token" else hashlib.sha256(service.DEV_TOKEN.encode()).hexdigest()
-    document = {"accounts": [{"token": TOKEN_A}, {given: value}]}
+    document: Dict[str, Any] = {"accounts": [{"token": TOKEN_A}, {given: value}]}
     app = service.create_app(service.open_data(str(write_json(tmp_path / "d.json", document)), None), access_log=False)
     current, following = service.DEV_SIGNING_KEYS
     assert call(app, "/v2/keys", headers=bearer(service.DEV_TOKEN)).json() == {"current": current, "next": following}

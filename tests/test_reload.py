@@ -544,7 +544,12 @@ def test_a_fault_that_lasts_is_logged_when_it_starts_and_when_it_ends(path: Path
     good = path.read_bytes()
     looks: List[int] = []
     real = store._stat
-    monkeypatch.setattr(store, "_stat", lambda *args: (looks.append(1), real(*args))[1])
+
+    def counted(path: str) -> Any:
+        looks.append(1)
+        return real(path)
+
+    monkeypatch.setattr(store, "_stat", counted)
     data = service.open_data(str(path), None, interval=0.05)
     with caplog.at_level(logging.INFO, "qstash_lists"):
         path.unlink()

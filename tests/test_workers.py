@@ -264,7 +264,7 @@ def test_uwsgi_workers_say_stale_while_the_file_differs_and_serve_an_edit_within
     port = free_port()
     for interval in ("3600", "0.5"):
         env = {"QSTASH_LISTS_DATA": str(data), "PYTHONPATH": str(ROOT), "QSTASH_LISTS_INTERVAL": interval}
-        with started([UWSGI] + deploy_command("uwsgi", port)[1:], env, cwd=str(tmp_path)) as master:
+        with started(uwsgi_command(port), env, cwd=str(tmp_path)) as master:
             Output(master.stderr)
             wait_until_answered(port, timeout=60)
             replace(data, big_document(10, extra="edited-" + interval))
