@@ -691,8 +691,19 @@ def _replace(target: str, raw: bytes, old: Optional[os.stat_result], source: str
 
 
 def _dump(document: Any, source: str, max_size: int) -> bytes:
-    """The bytes of a data file that holds ``document`` (indented JSON), if they fit in ``max_size``."""
-    raw = (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode()
+    """The bytes of a data file that holds ``document``, if they fit in ``max_size``: indented, with each
+    object of plain values (a queue, an endpoint) on a line of its own, written by the json module's C
+    encoder (its indenting one is pure Python: three times as slow at 10,000 queues)."""
+    def pretty(value: Any, depth: int) -> str:
+        if not isinstance(value, (dict, list)) or not any(isinstance(v, (dict, list)) for v in (
+                value.values() if isinstance(value, dict) else value)):
+            return json.dumps(value, ensure_ascii=False)
+        pad, (opening, closing) = "\n" + "  " * (depth + 1), ("[", "]") if isinstance(value, list) else ("{", "}")
+        inner = [json.dumps(k, ensure_ascii=False) + ": " + pretty(v, depth + 1) for k, v in value.items()] \
+            if isinstance(value, dict) else [pretty(v, depth + 1) for v in value]
+        return opening + pad + ("," + pad).join(inner) + "\n" + "  " * depth + closing
+
+    raw = (pretty(document, 0) + "\n").encode()
     if len(raw) > max_size:
         raise TooLarge(["%s: would be %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE); it is unchanged"
                         % (source, megabytes(len(raw)), megabytes(max_size))])

@@ -191,7 +191,7 @@ def deploy_command(program: str, port: int = 8080) -> List[str]:
     """docs/deploying.md's command line ``QSTASH_TOKEN=... program ...``, listening on
     127.0.0.1:``port`` instead of the 8080 (or 8081) it shows."""
     text = (ROOT / "docs" / "deploying.md").read_text()
-    match = re.search(r"^QSTASH_TOKEN=\.\.\. (%s .*)$" % re.escape(program), text, re.M)
+    match = re.search(r"^QSTASH_TOKEN=\.\.\. (?:\.venv/bin/)?(%s .*)$" % re.escape(program), text, re.M)
     assert match, program
     return shlex.split(re.sub(r"127\.0\.0\.1:80\d\d\b", "127.0.0.1:%d" % port, match.group(1)))
 

@@ -5,14 +5,18 @@ import io
 import json
 import os
 import stat
+import subprocess
+import sys
 import threading
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 from helpers import (
     ALPHA_GROUP,
     ALPHA_QUEUE,
+    ROOT,
     SIGNING_KEYS,
     TOKEN_A,
     TOKEN_B,
@@ -21,7 +25,9 @@ from helpers import (
     accounts_document,
     bearer,
     call,
+    free_port,
     serving,
+    started,
     write_json,
 )
 
@@ -248,26 +254,61 @@ def _upserts(url: str, names: List[str], token: str = TOKEN_A) -> List[int]:
     return statuses
 
 
-def test_200_upserts_from_8_clients_on_2_replicas_of_one_file_all_land(tmp_path: Path) -> None:
-    """Two servers on one file (replicas), eight clients, 200 upserts: every one is in the file and in
-    the next list from either replica (a write in one process is seen by the next read in the other)."""
+@contextmanager
+def writers(how: str, path: Path) -> Iterator[List[str]]:
+    """The URLs of two processes that write one file: two replicas (python app.py), or one documented
+    gunicorn or uWSGI recipe's two processes behind one port."""
+    if how == "replicas":
+        with serving(path, "--writable", "--quiet") as one, serving(path, "--writable", "--quiet") as two:
+            yield [one.url, two.url]
+        return
+    from test_hostile import deploy_command, wait_until_answered
+    from test_workers import UWSGI
+
+    if how == "uwsgi" and UWSGI is None:
+        pytest.skip("no uwsgi")
+    port = free_port()
+    command = [UWSGI or ""] + deploy_command(how, port)[1:] if how == "uwsgi" else [
+        sys.executable, "-m"] + deploy_command(how, port)
+    env = {"QSTASH_LISTS_DATA": str(path), "QSTASH_LISTS_WRITABLE": "1", "PYTHONPATH": str(ROOT)}
+    with started(command, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(path.parent)):
+        wait_until_answered(port)
+        yield ["http://127.0.0.1:%d" % port] * 2
+
+
+@pytest.mark.parametrize("how", ["replicas", "gunicorn", "uwsgi"])
+def test_200_upserts_from_8_clients_through_two_processes_all_land(tmp_path: Path, how: str) -> None:
+    """Two processes on one file, eight clients, 200 upserts: every one is in the file and in the next
+    list from either process (a write in one is seen by the next read in the other)."""
     path = write_json(tmp_path / "data.json", accounts_document())
-    with serving(path, "--writable", "--quiet") as one, serving(path, "--writable", "--quiet") as two:
+    with writers(how, path) as urls:
         results: Dict[int, List[int]] = {}
         names = ["q%03d" % i for i in range(200)]
         threads = [threading.Thread(target=lambda i=i: results.__setitem__(
-            i, _upserts((one, two)[i % 2].url, names[i::8]))) for i in range(8)]
+            i, _upserts(urls[i % 2], names[i::8]))) for i in range(8)]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         assert sorted(sum(results.values(), [])) == [200] * 200
-        expected = ["emails"] + names
-        for server in (one, two):
-            listed = json.loads(server.get("/v2/queues", bearer(TOKEN_A))[2])
-            assert sorted(q["name"] for q in listed) == sorted(expected)
-    assert sorted(q["name"] for q in on_disk(path)["accounts"][0]["queues"]) == sorted(expected)
+        expected = sorted(["emails"] + names)
+        for url in urls * 3:  # spread over the processes
+            listed = json.loads(_get(url, "/v2/queues"))
+            assert sorted(q["name"] for q in listed) == expected
+    assert sorted(q["name"] for q in on_disk(path)["accounts"][0]["queues"]) == expected
     assert on_disk(path)["accounts"][1:] == accounts_document()["accounts"][1:]
+
+
+def _get(url: str, path: str) -> bytes:
+    import http.client
+    import urllib.parse
+
+    host = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(str(host.hostname), host.port, timeout=30)
+    conn.request("GET", path, headers={"Authorization": "Bearer " + TOKEN_A})
+    body = conn.getresponse().read()
+    conn.close()
+    return body
 
 
 def test_a_sigkilled_writer_leaves_the_old_file_or_the_new_never_half(tmp_path: Path) -> None:
