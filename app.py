@@ -199,23 +199,18 @@ class Representation:
     __slots__ = ("data", "etag", "not_modified", "headers")
 
     def __init__(self, data: bytes, etag: str, vary: bool, cache: str, encoding: Optional[str] = None) -> None:
-        self.data = data
-        self.etag = etag
+        self.data, self.etag = data, etag
         # A 304 repeats these of the 200 (RFC 9110, 15.4.5); Vary: the body depends on Accept-Encoding (12.5.5).
-        self.not_modified = [("ETag", etag), ("Cache-Control", cache), ("X-Content-Type-Options", "nosniff")]
-        if vary:
-            self.not_modified.append(("Vary", "Accept-Encoding"))
-        self.headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))] + self.not_modified
-        if encoding is not None:
-            self.headers.append(("Content-Encoding", encoding))
+        self.not_modified = [("ETag", etag), ("Cache-Control", cache), ("X-Content-Type-Options", "nosniff")] + [
+            ("Vary", "Accept-Encoding")] * vary
+        self.headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))] + \
+            self.not_modified + [("Content-Encoding", encoding or "")] * (encoding is not None)
 
 
 class Body:
-    """One response body, encoded once per snapshot, gzipped on first demand.  Its ETag is a
-    digest of the bytes: any change, even one that keeps the length, is another tag.
-
-    One account's lists: a shared cache must not keep them, a client must revalidate (RFC 9111,
-    5.2.2); signing keys are secrets, which no cache may store at all (``secret``: no-store)."""
+    """One response body, encoded once per snapshot, gzipped on first demand; its ETag a digest of the bytes.
+    One account's lists: a shared cache must not keep them, a client must revalidate (RFC 9111, 5.2.2);
+    signing keys are secrets, which no cache may store at all (``secret``: no-store)."""
 
     __slots__ = ("compressible", "identity", "_gzip")
 
@@ -236,8 +231,8 @@ class Body:
 
 
 class Snapshot:
-    """One loaded data file and its response bodies: the lists encoded when it is built, an
-    item when first asked for (kept for the snapshot's life: nobody pays for bodies nobody reads)."""
+    """One loaded data file and its response bodies: the lists encoded when it is built, an item when first
+    asked for (kept for the snapshot's life: nobody pays for bodies nobody reads)."""
 
     def __init__(self, loaded: store.Store) -> None:
         self.store = loaded
@@ -285,15 +280,14 @@ def _route(path_info: str) -> Tuple[str, Optional[str]]:
 
 
 def _credential(environ: WSGIEnvironment) -> bytes:
-    """Return the request's one token, or raise Unauthorized with the reason.  It may come in
-    the Authorization header and qstash_token query fields: each well formed, all the same."""
-    query = environ.get("QUERY_STRING")
-    header = environ.get("HTTP_AUTHORIZATION")
+    """Return the request's one token, or raise Unauthorized with the reason.  It may come in the
+    Authorization header and qstash_token query fields: each well formed, all the same."""
+    query, header = environ.get("QUERY_STRING"), environ.get("HTTP_AUTHORIZATION")
     if not query and header is not None and header[:7] == "Bearer ":  # the usual form, the short way
         token = header[7:]
         if token and " " not in token and "\t" not in token:
             return _latin1(token)
-    tokens = _query_tokens(query) if query else set()
+    tokens = _query_tokens(query) if query and "qstash_token" in query else set()
     if header is not None:
         scheme, _, token = header.strip(" \t").partition(" ")
         if scheme.lower() != "bearer":  # the scheme is case-insensitive (RFC 9110, 11.1)
@@ -309,29 +303,12 @@ def _credential(environ: WSGIEnvironment) -> bytes:
     return token
 
 
-# A field whose name has escapes (it may spell qstash_token), in "&" + the query.
-_ESCAPED_FIELD = re.compile(r"&([^&=]*%[^&=]*)(=[^&]*)?")
-
-
 def _query_tokens(query: str) -> set[bytes]:
-    """Return the distinct decoded values of the query's qstash_token fields (b"" for an empty one).
-
-    The query is cut at each ``&qstash_token`` and searched for escaped names by regular
-    expression, not read field by field, and each distinct spelling is decoded once: a
-    thousand fields cost little.  More than MAX_QUERY_TOKENS spellings are refused unread.
-    """
-    query = "&" + query
-    spellings = set()
-    if "&qstash_token" in query:
-        for rest in set(query.split("&qstash_token")[1:]):
-            if not rest or rest[0] in "=&":  # the whole name, not qstash_tokens=
-                spellings.add(rest.partition("&")[0])
-    if "%" in query:
-        # Only a name of 14 to 36 characters can spell qstash_token with an escape ("%71" is one letter).
-        escaped = {(name, value) for name, value in _ESCAPED_FIELD.findall(query) if 14 <= len(name) <= 36}
-        if len(escaped) > MAX_QUERY_TOKENS:
-            raise Unauthorized("malformed")
-        spellings.update(value for name, value in escaped if _unquote(name) == b"qstash_token")
+    """Return the distinct decoded values of the query's qstash_token fields (b"" for an empty one): the query
+    is cut at each ``&qstash_token`` (the name as written), not read field by field, so a thousand fields cost
+    little; more than MAX_QUERY_TOKENS spellings are refused undecoded."""
+    spellings = {rest.partition("&")[0] for rest in ("&" + query).split("&qstash_token")[1:]
+                 if not rest or rest[0] in "=&"}  # the whole name, not qstash_tokens=
     if len(spellings) > MAX_QUERY_TOKENS:
         raise Unauthorized("malformed")
     return {_unquote(value[1:]) for value in spellings}
@@ -343,30 +320,20 @@ def _unquote(text: str) -> bytes:
 
 
 def _latin1(text: str) -> bytes:
-    """Return the bytes behind a PEP 3333 native string."""
-    # Only a server that breaks PEP 3333 hands over other characters; keep them distinct.
+    """Return the bytes behind a PEP 3333 native string (other characters, from a server that breaks it, kept)."""
     return text.encode("latin-1", "backslashreplace")
 
 
 def _accepts_gzip(header: str) -> bool:
     """Tell whether an Accept-Encoding value admits gzip (RFC 9110, 12.5.3: q=0 refuses; gzip beats *)."""
-    star = False
-    for item in header.split(","):
-        coding, *params = item.split(";")
-        q = 1.0
-        for param in params:
-            name, _, value = param.strip().partition("=")
-            if name.lower() == "q":
-                try:
-                    q = float(value)
-                except ValueError:
-                    q = 0.0
-        coding = coding.strip().lower()
-        if coding in ("gzip", "x-gzip"):
-            return q > 0
-        if coding == "*":
-            star = q > 0
-    return star
+    weights: Dict[str, str] = {}
+    for item in header.lower().replace(" ", "").replace("\t", "").split(","):
+        weights.setdefault(item.partition(";")[0], item.partition(";q=")[2].partition(";")[0] or "1")
+    q = weights.get("gzip", weights.get("x-gzip", weights.get("*", "0")))
+    try:
+        return float(q) > 0
+    except ValueError:
+        return False
 
 
 def _matches(header: str, etag: str) -> bool:
@@ -591,16 +558,11 @@ class AccessLog:
         self._write()
 
     def _write(self) -> None:
-        lines: List[str] = []
-        seconds: Dict[int, str] = {}  # a batch's lines share their seconds, and mostly their requests
-        requests: Dict[Tuple[Any, ...], str] = {}
+        lines = []
         while self._entries:
             created, environ, status, size, ms, why = self._entries.popleft()
-            second = seconds.get(int(created)) or seconds.setdefault(int(created), _utc(int(created))[:-5])
-            asked = tuple(environ.get(key) for key in _LOGGED_ENVIRON)
-            request = requests.get(asked) or requests.setdefault(asked, _request_line(environ))
-            lines.append('%s.%03dZ %s "%s" %s %d %.2fms%s\n' % (second, int(created % 1 * 1000), asked[0] or "-",
-                                                                request, status, size, ms, why))
+            lines.append('%s %s "%s" %s %d %.2fms%s\n' % (_utc(created), environ.get("REMOTE_ADDR") or "-",
+                                                         _request_line(environ), status, size, ms, why))
         if self._dropped:
             dropped, self._dropped = self._dropped, 0
             lines.append("%s %d access log lines dropped: the stream did not keep up\n" % (_utc(time.time()), dropped))
@@ -627,7 +589,6 @@ def _request_line(environ: WSGIEnvironment) -> str:
     return line
 
 
-_LOGGED_ENVIRON = ("REMOTE_ADDR", "REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO", "QUERY_STRING")  # the address first
 _PARAMETER_NAME = re.compile(r"[A-Za-z0-9_.%-]{1,24}")  # longer may be a token pasted as a name
 
 

@@ -40,9 +40,6 @@ EXAMPLE: dict[str, Any] = {"urlGroups": [
      "paused": True},
 ]}
 DEFAULT_MAX_SIZE = 64 * 1024 * 1024  # a larger data file is refused (--max-size); loading takes several times it
-#: An integer of more digits is "too long" on every Python (3.11+ refuse over 4,300 while parsing, earlier none).
-MAX_DIGITS = 20
-_TOO_LONG = 10**MAX_DIGITS
 MAX_SAFE_INTEGER = 2**53 - 1  # the largest integer a JavaScript client reads back exactly
 _YEAR_2001_MS = 978307200000
 MAX_FAULTS = 50  # how many faults one report lists before it counts the rest
@@ -301,14 +298,7 @@ def _json(raw: bytes, source: str) -> Any:
     if not text.strip():
         raise DataError(["%s: empty: a data file is a JSON object (python app.py --example prints one)" % source])
     try:
-        try:
-            return json.loads(text, object_pairs_hook=_pairs)
-        except ValueError as exc:
-            if isinstance(exc, json.JSONDecodeError):
-                raise
-            # Python 3.11+ refuses an integer of over 4,300 digits with a ValueError that names no place:
-            # only then parse again, keeping long integers out of int(), so the checker can say where.
-            return json.loads(text, object_pairs_hook=_pairs, parse_int=_parse_int)
+        return json.loads(text, object_pairs_hook=_pairs)
     except json.JSONDecodeError as exc:
         comma = text[:exc.pos].rstrip().endswith(",") and text[exc.pos:exc.pos + 1] in ("]", "}")
         message = "a comma before the closing '%s' (JSON allows none)" % text[exc.pos] if comma else exc.msg
@@ -316,6 +306,8 @@ def _json(raw: bytes, source: str) -> Any:
             from None
     except RecursionError:
         raise DataError(["%s: invalid JSON: nested too deeply" % source]) from None
+    except ValueError as exc:  # Python 3.11+: an integer of over 4,300 digits, which it will not read
+        raise DataError(["%s: invalid JSON: %s" % (source, exc)]) from None
 
 
 class _Checker:
@@ -328,6 +320,7 @@ class _Checker:
         self.single_account = False
 
     def fault(self, array: str, i: Optional[int], key: Optional[str], message: str) -> None:
+        """Note a fault at the place of ``key`` in element ``i`` of ``array`` (either may be None)."""
         where = array if i is None else "%s[%d]" % (array, i)
         if key is not None:
             if len(key) > 60 or not key.isprintable():  # a key from the file: keep the line short and whole
@@ -384,13 +377,11 @@ class _Checker:
             return cast(int, value)
         if value is _MISSING:
             pass
-        elif _is_long(value):
-            self.fault(array, i, key, "integer too long (more than %d digits)" % MAX_DIGITS)
         elif type(value) is not int or value < 0:
             self.fault(array, i, key, "expected a non-negative integer, got %s" % _show(value))
         else:
-            self.fault(array, i, key, "expected an integer no larger than %d (2**53 - 1), got %d"
-                       % (MAX_SAFE_INTEGER, value))
+            self.fault(array, i, key, "expected an integer no larger than %d (2**53 - 1), got %s"
+                       % (MAX_SAFE_INTEGER, _show(value)))
         return None
 
     def times(self, item: dict[str, Any], array: str, i: int) -> tuple[Optional[int], Optional[int]]:
@@ -434,13 +425,13 @@ class _Checker:
         if ("token" in item) == ("tokenSha256" in item):
             self.fault(array, i, None, "expected exactly one of 'token' or 'tokenSha256'")
             return None
-        if "token" in item:
-            value = item["token"]
+        value = item.get("token")
+        if value is not None:
             problem = check_token(value) if type(value) is str else "expected a string"
-            if problem is not None:
-                self.fault(array, i, "token", problem)  # never the value: it is meant to be a secret
-                return None
-            return hashlib.sha256(value.encode()).digest()
+            if problem is None:
+                return hashlib.sha256(value.encode()).digest()
+            self.fault(array, i, "token", problem)  # never the value: it is meant to be a secret
+            return None
         value = item["tokenSha256"]
         if type(value) is not str or not _SHA256_HEX.fullmatch(value):
             # Never show the value either: it may be the token itself, pasted in the wrong field.
@@ -508,8 +499,6 @@ _MISSING: Any = object()  # a key the object does not have (its fault is said on
 
 def _show(value: Any) -> str:
     """Name a JSON value in a fault message, briefly."""
-    if _is_long(value):
-        return "an integer of more than %d digits" % MAX_DIGITS
     if isinstance(value, dict):
         return "an object"
     if isinstance(value, list):
@@ -518,18 +507,6 @@ def _show(value: Any) -> str:
     if not text.isprintable():  # a line break or a lone surrogate: escape all but ASCII
         text = json.dumps(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-_LONG: Any = object()  # stands for an integer literal too long to turn into an int (see _json)
-
-
-def _parse_int(text: str) -> Any:
-    return _LONG if len(text) > MAX_DIGITS + 1 else int(text)
-
-
-def _is_long(value: Any) -> bool:
-    """Tell whether ``value`` is an integer of more than MAX_DIGITS digits, on every Python."""
-    return value is _LONG or (type(value) is int and not -_TOO_LONG < value < _TOO_LONG)
 
 
 # ---- Reading: never blocks, never half a version --------------------------------------------------
@@ -943,8 +920,7 @@ class DataFile(Generic[T]):
         except Exception:
             logger.exception("%s: cannot build a snapshot", self.path)
             fault = DataError([])
-        # A version that read() refused comes with its own signature; one that kept changing, or
-        # could not be opened, with None: the next look at a file that is there reads it again.
+        # A version read() refused comes with its signature; one not opened, or changing, with None: read again.
         self._state = (signature or fault.signature, self._state[1], self._state[2]._replace(failed_at=time.time()))
         return fault
 
@@ -970,11 +946,11 @@ class DataFile(Generic[T]):
         logger.error("%s: %s", self.path, outcome)
 
     def _start(self) -> None:
-        """Start this process's reloader (a forked child: a new one, which looks at once)."""
-        self._lock = threading.Lock()  # new: in a child, the parent's may be held by a thread not there
+        """Start this process's reloader (a forked child: a new one, which looks at once), holding only a weak
+        reference: a DataFile nobody uses any more stops it.  The locks are new: a parent's may be held."""
+        self._lock = threading.Lock()
         self._writing = threading.Lock()  # one write at a time in this process; the flock, between processes
         self._wake = threading.Event()
-        # A weak reference: a DataFile nobody uses any more stops its reloader.
         wait = 0 if self._forked else self.interval
         self._thread = threading.Thread(target=_reloader, args=(weakref.ref(self), wait), daemon=True,
                                         name="qstash-lists reloader: %s" % self.path)

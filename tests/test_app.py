@@ -112,7 +112,8 @@ AUTH_CASES = [
     ({"Authorization": "Bearer   token-a"}, "", 200, None),  # RFC 7235: 1*SP
     ({"Authorization": " Bearer token-a "}, "", 200, None),  # surrounding OWS
     ({}, "qstash_token=token-a", 200, None),
-    ({}, "qstash%5Ftoken=token%2Da", 200, None),  # percent-encoded name and value
+    ({}, "qstash_token=token%2Da", 200, None),  # a percent-encoded value
+    ({}, "qstash%5Ftoken=token-a", 401, False),  # the name as written: an escaped one is another name
     ({"Authorization": "Bearer token-a"}, "qstash_token=token-a", 200, None),  # agree
     ({}, "qstash_token=token-a&qstash_token=token-a", 200, None),  # repeated, agree
     ({"Authorization": "Bearer token-c"}, "", 200, None),  # account known by digest
@@ -129,7 +130,7 @@ AUTH_CASES = [
     ({}, "qstash_token=token-a%0A", 401, True),  # a line break is no part of a token, nor to be stripped
     ({"Authorization": "Bearer token-a\x0c"}, "x=1", 401, True),
     ({"Authorization": "Bearer token-a\u0100"}, "", 401, True),  # not latin-1: a server breaking PEP 3333
-    ({}, "qstash_token=token-a&" + "".join("%%%02X" % c for c in b"qstash_token") + "=token-b", 401, True),  # 36
+    ({}, "qstash_token=token-a&" + "".join("%%%02X" % c for c in b"qstash_token") + "=token-b", 200, None),
     ({"Authorization": "token-a"}, "", 401, True),
     ({"Authorization": "Bearer token-a junk"}, "", 401, True),
     ({"Authorization": "Bearer token-a\tjunk"}, "", 401, True),
@@ -143,10 +144,10 @@ AUTH_CASES = [
     ({}, "qstash_token=token-a&qstash_token=token-b", 401, True),  # disagree
     ({"Authorization": "Bearer token-a"}, "qstash_token=token-b", 401, True),  # disagree
     ({"Authorization": "Basic x"}, "qstash_token=token-a", 401, True),  # one is malformed
-    # Many fields: read by pattern, each spelling decoded once
+    # Many fields: cut at each qstash_token, each spelling decoded once
     ({}, "&".join(["qstash_token=token-a"] * 500), 200, None),
     ({}, "&".join(["x=%d" % i for i in range(500)] + ["qstash_token=token-a"]), 200, None),
-    ({}, "qstash_token=token-a&" + "&".join(["x=y"] * 500) + "&qstash%5ftoken=token-b", 401, True),
+    ({}, "qstash_token=token-a&" + "&".join(["x=y"] * 500) + "&qstash_token=token-b", 401, True),
     ({}, "&".join(["qstash_token=x"] * 500), 401, True),
     ({}, "&".join(["qstash_token=" + "".join("%%%02X" % b if i & (1 << n) else chr(b)
                                              for n, b in enumerate(b"token-a"))
@@ -155,10 +156,6 @@ AUTH_CASES = [
                                              for n, b in enumerate(b"token-a"))
                    for i in range(16)]), 200, None),  # 16 are read
     ({}, "qstash_tokens=token-a&qstash_token_=token-a", 401, False),  # other names
-    ({}, "&".join(["qstash%%5ftoken%s=token-a" % ("x" * i) for i in range(17)]), 401, True),  # 17 escaped names
-    ({}, "&".join(["qstash%%5ftoken%s=token-a" % ("x" * i) for i in range(16)]), 200, None),  # 16 are read
-    ({}, "&".join(["qstash%%5ftoken%s=token-x" % ("x" * i) for i in range(16)]), 401, True),  # and judged
-    ({}, "%71stash_token=token-a", 200, None),  # the shortest escaped spelling: 14 characters
 ]
 
 
@@ -463,7 +460,6 @@ def test_the_log_shows_the_path_printable_and_one_line(data_path: Any, caplog: A
 # A token with "+" and "%" in it: the query decodes "+" to a space and escapes once; a header decodes nothing.
 @pytest.mark.parametrize("headers, query, status", [
     ({}, "qstash_token=p%2Bq%2541", 200),
-    ({}, "qstash%5Ftoken=p%2Bq%2541", 200),
     ({}, "qstash_token=p+q%2541", 401),  # "p q%41"
     ({}, "qstash_token=p%2Bq%41", 401),  # "p+qA"
     ({}, "qstash_token=p%2Bq%252541", 401),  # decoded twice would be right: once is the rule
