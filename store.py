@@ -306,8 +306,8 @@ def _json(raw: bytes, source: str) -> Any:
             from None
     except RecursionError:
         raise DataError(["%s: invalid JSON: nested too deeply" % source]) from None
-    except ValueError as exc:  # Python 3.11+: an integer of over 4,300 digits, which it will not read
-        raise DataError(["%s: invalid JSON: %s" % (source, exc)]) from None
+    except ValueError:  # Python 3.11+ will not read an integer of over 4,300 digits (and says so without a place)
+        raise DataError(["%s: invalid JSON: an integer of more than 4,300 digits" % source]) from None
 
 
 class _Checker:
@@ -426,7 +426,7 @@ class _Checker:
             self.fault(array, i, None, "expected exactly one of 'token' or 'tokenSha256'")
             return None
         value = item.get("token")
-        if value is not None:
+        if "token" in item:
             problem = check_token(value) if type(value) is str else "expected a string"
             if problem is None:
                 return hashlib.sha256(value.encode()).digest()

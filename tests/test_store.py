@@ -61,11 +61,10 @@ FAULTS = [
     ({"queues": [dict(Q, createdAt=-1)]}, "queues[0].createdAt: expected a non-negative integer, got -1"),
     ({"queues": [dict(Q, lag=2**53)]}, "queues[0].lag: expected an integer no larger than "
                                        "9007199254740991 (2**53 - 1), got 9007199254740992"),
-    (b'{"queues": [{"createdAt": 1, "updatedAt": 2, "name": "q", "parallelism": 1, "lag": 1%s}]}' % (b"0" * 4999),
-     "queues[0].lag: integer too long (more than 20 digits)"),
     (b'{"queues": [{"createdAt": 1, "updatedAt": 2, "name": -1%s, "parallelism": 1, "lag": 1}]}' % (b"0" * 99),
-     "queues[0].name: expected a non-empty string, got an integer of more than 20 digits"),
-    ({"queues": [dict(Q, parallelism=10**20)]}, "queues[0].parallelism: integer too long (more than 20 digits)"),
+     "queues[0].name: expected a non-empty string, got -1%s..." % ("0" * 55)),
+    ({"queues": [dict(Q, parallelism=10**20)]}, "queues[0].parallelism: expected an integer no larger than "
+                                                "9007199254740991 (2**53 - 1), got 100000000000000000000"),
     ({"queues": [dict(Q, parallelism=10**20 - 1)]}, "queues[0].parallelism: expected an integer no larger than "
                                                     "9007199254740991 (2**53 - 1), got 99999999999999999999"),
     ({"queues": [dict(Q, createdAt=5, updatedAt=4)]},
@@ -175,6 +174,16 @@ def test_an_empty_file_and_a_trailing_comma_are_said_in_our_words(raw: bytes, me
 ])
 def test_a_key_given_twice_is_a_fault_with_its_place(raw: bytes, message: str) -> None:
     assert one(raw) == message
+
+
+def test_an_integer_python_will_not_read_is_one_line_in_our_words() -> None:
+    import sys
+
+    raw = b'{"queues": [{"createdAt": 1, "updatedAt": 2, "name": "q", "parallelism": 1, "lag": 1%s}]}' % (b"0" * 4999)
+    if sys.version_info >= (3, 11):  # it refuses integers of over 4,300 digits, and says where not
+        assert one(raw) == "data.json: invalid JSON: an integer of more than 4,300 digits"
+    else:
+        assert one(raw).startswith("data.json: queues[0].lag: expected an integer no larger than ")
 
 
 def test_every_fault_of_an_item_is_reported_even_with_one_missing() -> None:
