@@ -73,6 +73,7 @@ ROUTES: Dict[str, Tuple[str, ...]] = {
 FIELDS = {"/v2/topics": ("url_groups", "URL group"), "/v2/queues": ("queues", "queue"),
           "/v2/keys": ("signing_keys", "")}
 HEALTH_PATH = "/healthz"  # no token needed; it says which version of the data file is served (see health)
+_HEALTH_PATHS = (HEALTH_PATH, HEALTH_PATH + "/")  # a trailing slash, as on every path
 GZIP_MIN = 1024  # bodies shorter than this are not worth compressing
 MAX_BODY = 64 * 1024  # the largest body a write takes (QStash's carry a few hundred bytes)
 #: waitress's settings, chosen on purpose and measured (docs/deploying.md); the benchmark's
@@ -393,11 +394,10 @@ def _endpoints(body: Dict[str, Any], adding: bool) -> List[Dict[str, str]]:
 def respond(environ: WSGIEnvironment, source: store.DataFile[Snapshot]) -> Answer:
     """Answer one request: route, method, name, auth, then the body (a read) or the change (a write)."""
     route, name = _route(environ.get("PATH_INFO", ""))
-    method = environ.get("REQUEST_METHOD")
-    allowed = tuple(m for m in ROUTES[route] if source.writable or m == "GET")
-    if method not in allowed and not (method == "HEAD" and "GET" in allowed):
-        raise MethodNotAllowed(allowed + ("HEAD",) * ("GET" in allowed), method in ROUTES[route] or not allowed)
-    collection = route.split("/{")[0]
+    method, allowed = environ.get("REQUEST_METHOD"), _ALLOWED[route, source.writable]
+    if method not in allowed:
+        raise MethodNotAllowed(allowed, method in ROUTES[route] or not allowed)
+    collection = route.split("/{")[0] if name is not None else route
     if name is not None and not store.is_name(name):
         raise BadRequest("bad request: a %s's name has %s" % (FIELDS[collection][1], store.NAME_RULE))
     snapshot = source.current()
@@ -421,6 +421,11 @@ def respond(environ: WSGIEnvironment, source: store.DataFile[Snapshot]) -> Answe
     if if_none_match and _matches(if_none_match, chosen.etag):
         return "304 Not Modified", list(chosen.not_modified), b"", None
     return "200 OK", list(chosen.headers), chosen.data, None
+
+
+#: The methods each route answers, read-only or writable: with HEAD where it has GET (RFC 9110, 9.3.2).
+_ALLOWED = {(route, writable): tuple(m for m in methods if writable or m == "GET") + ("HEAD",) * ("GET" in methods)
+            for route, methods in ROUTES.items() for writable in (False, True)}
 
 
 def write(environ: WSGIEnvironment, source: store.DataFile[Snapshot], account: store.Account, route: str,
@@ -491,7 +496,7 @@ def create_app(source: store.DataFile[Snapshot], access_log: bool | AccessLog = 
         started = time.perf_counter() if access_log else 0.0
         exc_info = None
         try:
-            if environ.get("PATH_INFO") in (HEALTH_PATH, HEALTH_PATH + "/"):  # a trailing slash, as on every path
+            if environ.get("PATH_INFO", "").startswith(HEALTH_PATH) and environ["PATH_INFO"] in _HEALTH_PATHS:
                 status, headers, data, why = health(environ, source.status())
             else:
                 status, headers, data, why = respond(environ, source)

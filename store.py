@@ -429,7 +429,7 @@ class _Checker:
         if "token" in item:
             problem = check_token(value) if type(value) is str else "expected a string"
             if problem is None:
-                return hashlib.sha256(value.encode()).digest()
+                return hashlib.sha256(cast(str, value).encode()).digest()
             self.fault(array, i, "token", problem)  # never the value: it is meant to be a secret
             return None
         value = item["tokenSha256"]

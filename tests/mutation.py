@@ -64,7 +64,8 @@ MUTANTS: List[Mutant] = [
     M("path", "app.py", "if name is not None and not store.is_name(name):", "if False:"),
     M("path", "store.py", "return type(value) is str and _NAME.fullmatch(value) is not None",
       "return type(value) is str and _NAME.match(value) is not None"),
-    M("path", "app.py", 'in (HEALTH_PATH, HEALTH_PATH + "/"):', "== HEALTH_PATH:", ("tests/test_health.py",)),
+    M("path", "app.py", '_HEALTH_PATHS = (HEALTH_PATH, HEALTH_PATH + "/")', "_HEALTH_PATHS = (HEALTH_PATH,)",
+      ("tests/test_health.py",)),
     # ETag and 304
     M("etag", "app.py", '(tag[2:] if tag.startswith("W/") else tag) == etag', "tag == etag"),
     M("etag", "app.py", 'if tag == "*" or', "if"),
@@ -83,8 +84,8 @@ MUTANTS: List[Mutant] = [
     # HEAD and methods
     M("head", "app.py", 'if environ.get("REQUEST_METHOD") == "HEAD":\n            data = b""',
       'if environ.get("REQUEST_METHOD") == "HEADX":\n            data = b""'),
-    M("head", "app.py", 'allowed = tuple(m for m in ROUTES[route] if source.writable or m == "GET")',
-      "allowed = ROUTES[route]"),
+    M("head", "app.py", "_ALLOWED[route, source.writable]", "_ALLOWED[route, True]"),
+    M("head", "app.py", '+ ("HEAD",) * ("GET" in methods)', ""),
     M("head", "app.py", 'method in ROUTES[route] or not allowed)', "False)"),
     # reload and forks
     M("reload", "store.py", "if not force and _stat(self.path) == self._state[0]:",
