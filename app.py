@@ -232,35 +232,31 @@ class Body:
 
 
 class Snapshot:
-    """One loaded data file and its response bodies: the lists encoded when it is built, an item when first
-    asked for (kept for the snapshot's life: nobody pays for bodies nobody reads)."""
+    """One loaded data file and its response bodies, each encoded when first asked for and kept for the
+    snapshot's life: a reload (or a write) pays only for the accounts and items that are read."""
 
     def __init__(self, loaded: store.Store) -> None:
         self.store = loaded
-        self.lists = {(account.token_sha256, path): self.encode(account, field)
-                      for account in loaded.accounts for path, (field, _) in FIELDS.items()}
-        self.items: Dict[Tuple[bytes, str, str], Body] = {}
+        self.bodies: Dict[Tuple[bytes, str, Optional[str]], Optional[Body]] = {}
 
-    def encode(self, account: store.Account, field: str) -> Optional[Body]:
-        """The body of a collection, or of the signing keys (None if the account has none)."""
-        if field != "signing_keys":
-            return Body(store.encode(getattr(account, field)))
-        # The dev token's account is answered the published dev keys, unless the file gives it its own.
-        keys = account.signing_keys or (DEV_SIGNING_KEYS if account.token_sha256 == _DEV_DIGEST else None)
-        return None if keys is None else Body(store.encode({"current": keys[0], "next": keys[1]}), secret=True)
-
-    def item(self, account: store.Account, path: str, name: str) -> Body:
-        """Return the body of the item ``name`` in the collection at ``path``; raise NotFound."""
+    def body(self, account: store.Account, path: str, name: Optional[str]) -> Optional[Body]:
+        """Return the body of the collection at ``path`` (None: an account without signing keys), or of its
+        item ``name``; raise NotFound for an item the account does not have."""
         key = (account.token_sha256, path, name)
-        body = self.items.get(key)
-        if body is None:
-            field, noun = FIELDS[path]
-            found = account.item(field, name)
-            if found is None:
-                raise _no_such(noun, name)
-            # Two threads may both encode it; the bytes are the same, and one copy is kept.
-            body = self.items.setdefault(key, Body(store.encode(found)))
-        return body
+        try:
+            return self.bodies[key]
+        except KeyError:
+            pass
+        field, noun = FIELDS[path]
+        found: Any = getattr(account, field) if name is None else account.item(field, name)
+        if field == "signing_keys":  # the dev token's account gets the published dev keys, unless it has its own
+            keys = found or (DEV_SIGNING_KEYS if account.token_sha256 == _DEV_DIGEST else None)
+            body = None if keys is None else Body(store.encode({"current": keys[0], "next": keys[1]}), secret=True)
+        elif found is None:
+            raise _no_such(noun, name or "")
+        else:
+            body = Body(store.encode(found))
+        return self.bodies.setdefault(key, body)  # two threads may both encode it: the same bytes, one kept
 
 
 # ---- Requests: the route, the credential, a write's body -----------------------------------------
@@ -408,7 +404,7 @@ def respond(environ: WSGIEnvironment, source: store.DataFile[Snapshot]) -> Answe
         raise Unauthorized("unknown token")
     if method not in ("GET", "HEAD"):
         return write(environ, source, account, route, name)
-    body = snapshot.lists[account.token_sha256, route] if name is None else snapshot.item(account, collection, name)
+    body = snapshot.body(account, collection, name)
     if body is None:
         raise NotFound("not found: the data file gives this account no signing keys (its signingKeys)",
                        why="no signing keys")

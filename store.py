@@ -350,7 +350,7 @@ class _Checker:
             return ()
         return tuple([build(item, array, i, seen) for i, item in enumerate(value)])
 
-    def fields(self, value: Any, array: str, i: Optional[int], kind: str) -> Optional[dict[str, Any]]:
+    def fields(self, value: Any, array: str, i: Optional[int], kind: str) -> Any:
         """Return ``value`` if it is an object; say which of its keys are unknown, missing or given twice."""
         required, known = _KEYS[kind]
         if type(value) is dict and required <= value.keys() <= known:
@@ -460,12 +460,14 @@ class _Checker:
         item = self.fields(value, array, i, "urlGroups")
         if item is None:
             return None
-        created, updated = self.times(item, array, i)
-        name = self.name(item, array, i, seen, is_name)
+        created, updated, name = item.get("createdAt"), item.get("updatedAt"), item.get("name")
         endpoints = self.each(item.get("endpoints", []), "%s[%d].endpoints" % (array, i), self.endpoint, {})
-        if created is None or updated is None or name is None or "endpoints" not in item:
-            return None  # the fault is noted; the whole document will be refused
-        return UrlGroup(created, updated, name, endpoints)
+        if is_whole(created) and is_whole(updated) and created <= updated and is_name(name) and name not in seen:
+            seen[name] = i
+            return UrlGroup(created, updated, name, endpoints)
+        self.times(item, array, i)  # a fault: say which, and where
+        self.name(item, array, i, seen, is_name)
+        return None
 
     def endpoint(self, value: Any, array: str, i: int, seen: dict[str, int]) -> Optional[Endpoint]:
         item = self.fields(value, array, i, "endpoints")
@@ -482,16 +484,19 @@ class _Checker:
         item = self.fields(value, array, i, "queues")
         if item is None:
             return None
-        created, updated = self.times(item, array, i)
-        name = self.name(item, array, i, seen, is_name)
-        parallelism = self.whole(item, array, i, "parallelism")
-        lag = self.whole(item, array, i, "lag")
-        paused = item.get("paused", False)
+        created, updated, name = item.get("createdAt"), item.get("updatedAt"), item.get("name")
+        parallelism, lag, paused = item.get("parallelism"), item.get("lag"), item.get("paused", False)
+        if (is_whole(created) and is_whole(updated) and created <= updated and is_name(name) and name not in seen
+                and is_whole(parallelism) and is_whole(lag) and type(paused) is bool):
+            seen[name] = i
+            return Queue(created, updated, name, parallelism, lag, paused)
+        self.times(item, array, i)  # a fault: say which, and where
+        self.name(item, array, i, seen, is_name)
+        self.whole(item, array, i, "parallelism")
+        self.whole(item, array, i, "lag")
         if type(paused) is not bool:
             self.fault(array, i, "paused", "expected true or false, got %s" % _show(paused))
-        if created is None or updated is None or name is None or parallelism is None or lag is None:
-            return None  # the fault is noted; the whole document will be refused
-        return Queue(created, updated, name, parallelism, lag, paused)
+        return None
 
 
 _MISSING: Any = object()  # a key the object does not have (its fault is said once, as missing)

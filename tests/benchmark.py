@@ -991,8 +991,8 @@ def rss():
         return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
 before = rss()
 for queue in account.queues:
-    snapshot.item(account, "/v2/queues", queue.name)
-print(before, rss(), len(snapshot.items))
+    snapshot.body(account, "/v2/queues", queue.name)
+print(before, rss(), len(snapshot.bodies))
 """ % str(path)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=str(ROOT)).stdout.split()

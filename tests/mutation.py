@@ -51,8 +51,8 @@ MUTANTS: List[Mutant] = [
     M("auth", "store.py", 'if not _TOKEN.fullmatch(token):', "if False:"),
     # account isolation
     M("isolation", "app.py", "key = (account.token_sha256, path, name)", 'key = (b"", path, name)'),
-    M("isolation", "app.py", "body = snapshot.lists[account.token_sha256, route] if name",
-      "body = snapshot.lists[snapshot.store.accounts[0].token_sha256, route] if name"),
+    M("isolation", "app.py", "body = snapshot.body(account, collection, name)",
+      "body = snapshot.body(snapshot.store.accounts[0], collection, name)"),
     M("isolation", "store.py", 'names: dict[str, dict[str, int]] = {"url_groups": {}, "queues": {}}',
       'names: dict[str, dict[str, int]] = _SHARED'),
     M("isolation", "store.py", "if (hashlib.sha256(token.encode()).digest() if token is not None",

@@ -161,7 +161,7 @@ def test_bodies_are_encoded_once_per_snapshot_and_only_for_names_that_exist(
     snapshot = data.current()
     assert snapshot is not None
     key = (snapshot.store.accounts[0].token_sha256, "/v2/queues", "emails")
-    assert list(snapshot.items) == [key]
-    body = snapshot.items[key]
+    assert list(snapshot.bodies) == [key]
+    body = snapshot.bodies[key]
     call(app, "/v2/queues/emails", headers=bearer(TOKEN_A))
-    assert snapshot.items[key] is body
+    assert snapshot.bodies[key] is body
