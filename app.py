@@ -559,11 +559,17 @@ class AccessLog:
         self._write()
 
     def _write(self) -> None:
-        lines = []
+        lines: List[str] = []
+        seconds: Dict[int, str] = {}  # a batch's lines share their seconds, and mostly their requests (measured)
+        requests: Dict[Tuple[Any, ...], str] = {}
         while self._entries:
             created, environ, status, size, ms, why = self._entries.popleft()
-            lines.append('%s %s "%s" %s %d %.2fms%s\n' % (_utc(created), environ.get("REMOTE_ADDR") or "-",
-                                                         _request_line(environ), status, size, ms, why))
+            second = seconds.get(int(created)) or seconds.setdefault(int(created), _utc(int(created))[:-5])
+            asked = tuple(environ.get(key) for key in ("REMOTE_ADDR", "REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO",
+                                                       "QUERY_STRING"))
+            request = requests.get(asked) or requests.setdefault(asked, _request_line(environ))
+            lines.append('%s.%03dZ %s "%s" %s %d %.2fms%s\n' % (second, int(created % 1 * 1000), asked[0] or "-",
+                                                                request, status, size, ms, why))
         if self._dropped:
             dropped, self._dropped = self._dropped, 0
             lines.append("%s %d access log lines dropped: the stream did not keep up\n" % (_utc(time.time()), dropped))
@@ -720,9 +726,14 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
     not: the app answers 503 until it is good.  Where nobody handles SIGHUP, it makes the reloader look now.
     """
     uwsgi = sys.modules.get("uwsgi")
-    if uwsgi is not None:  # uWSGI forks its workers from C, where no os.register_at_fork hook runs
-        previous = getattr(uwsgi, "post_fork_hook", None)
-        uwsgi.post_fork_hook = lambda: [store.after_fork(), previous and previous()]  # type: ignore[attr-defined,func-returns-value]
+    previous: Any = getattr(uwsgi, "post_fork_hook", None)
+    if uwsgi is not None:  # uWSGI forks its workers from C, where no os.register_at_fork hook runs: its own hook
+        def hook() -> None:
+            store.after_fork()
+            previous()  # the hook that was there before
+
+        if previous is not store.after_fork:  # once
+            uwsgi.post_fork_hook = store.after_fork if previous is None else hook  # type: ignore[attr-defined]
     # uWSGI sets its handlers from C, out of Python's sight: SIGHUP there is uWSGI's to handle.
     elif (hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread()
             and signal.getsignal(signal.SIGHUP) == signal.SIG_DFL):

@@ -772,7 +772,10 @@ def add_endpoints(account: dict[str, Any], now: int, name: str, endpoints: list[
     for endpoint in endpoints:
         same = [i for i, e in enumerate(have) if e.get("name") == endpoint.get("name")
                 and ("name" in endpoint or e["url"] == endpoint["url"])]
-        have[same[0] if same else len(have):same[0] + 1 if same else len(have)] = [endpoint]
+        if same:
+            have[same[0]] = endpoint
+        else:
+            have.append(endpoint)
     group["updatedAt"] = max(now, group["createdAt"])
     return "endpoints added", True
 
@@ -833,16 +836,11 @@ class DataFile(Generic[T]):
                  max_size: int = DEFAULT_MAX_SIZE, required: bool = True, writable: bool = False) -> None:
         if interval <= 0:
             raise ValueError("interval must be positive")
-        self.path = path
-        self.interval = interval
-        self.max_size = max_size
-        self.writable = writable
-        self._build = build
+        self.path, self.interval, self.max_size, self.writable, self._build = path, interval, max_size, writable, build
         #: The signature of the version last judged, the snapshot in service and its Status: one owner, _put.
         self._state: tuple[Optional[Signature], Optional[T], Status] = (None, None, Status())
         self._fault: Optional[str] = None  # the first line of the fault last logged, until it ends
-        self._closed = False
-        self._forked = False
+        self._closed = self._forked = False
         fault = self._load()
         if fault is not None:
             if required:
