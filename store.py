@@ -147,8 +147,11 @@ Item = Union[UrlGroup, Queue]
 
 def encode(document: Any) -> bytes:
     """Return ``document`` as the API writes it: compact UTF-8 JSON (items as their ``to_dict``)."""
-    return json.dumps(document, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
-                      default=lambda item: item.to_dict()).encode()
+    return _ENCODER.encode(document).encode()
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                            default=lambda item: item.to_dict())  # built once: json.dumps builds one a call
 
 
 @dataclass(frozen=True)
