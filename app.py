@@ -268,7 +268,7 @@ def _route(path_info: str) -> Tuple[str, Optional[str]]:
     if path in ROUTES:
         return path, None
     parts = path.split("/")  # "", "v2", "queues", "<name>"[, "pause"] -- split once, look up twice
-    if len(parts) in (4, 5) and parts[3]:
+    if len(parts) > 3 and parts[3]:  # a route of its own names each deeper path
         name, parts[3] = parts[3], "{name}"
         route = "/".join(parts)
         if route in ROUTES:
@@ -528,21 +528,28 @@ def create_app(source: store.DataFile[Snapshot], access_log: bool | AccessLog = 
 # ---- The access log ------------------------------------------------------------------------------
 
 
-class AccessLog:
-    """The command line's access log: a request only notes what it did, and a thread of its own writes the
-    lines to ``stream`` in batches (a logging call a request costs far more: tests/benchmark.py).  A stream
-    that does not keep up holds back no request and no stop: past ACCESS_LOG_BACKLOG, lines are counted."""
+class AccessLog(logging.Handler):
+    """The command line's log: a request only notes what it did, and a thread of its own writes the lines
+    to ``stream`` in batches (a logging call a request costs far more: tests/benchmark.py); as the logging
+    handler, it writes every other record too.  A stream that does not keep up holds back no request, no
+    log call and no stop: past ACCESS_LOG_BACKLOG, lines are dropped and counted."""
 
     def __init__(self, stream: Any) -> None:
+        super().__init__()
         self._stream = stream
         self._entries: collections.deque[Tuple[Any, ...]] = collections.deque()
         self._dropped = 0
-        self._closed = threading.Event()
+        self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="qstash-lists access log", daemon=True)
         self._thread.start()
 
+    def emit(self, record: logging.LogRecord) -> None:
+        """Note a log record's line (logging.Handler's hook)."""
+        self.note(self.format(record) + "\n")
+
     def note(self, *entry: Any) -> None:
-        """Note one request: its time, environ, status, body size, milliseconds and why (a deque is thread-safe)."""
+        """Note one request: its time, environ, status, body size, milliseconds and why (a deque is thread-safe);
+        or a line of its own."""
         if len(self._entries) < ACCESS_LOG_BACKLOG:
             self._entries.append(entry)
         else:
@@ -550,11 +557,12 @@ class AccessLog:
 
     def close(self) -> None:
         """Write the lines noted so far, waiting at most ACCESS_LOG_CLOSE_TIMEOUT for the stream."""
-        self._closed.set()
+        self._stopping.set()
         self._thread.join(ACCESS_LOG_CLOSE_TIMEOUT)
+        super().close()
 
     def _run(self) -> None:
-        while not self._closed.wait(0.2):
+        while not self._stopping.wait(0.2):
             self._write()
         self._write()
 
@@ -563,7 +571,11 @@ class AccessLog:
         seconds: Dict[int, str] = {}  # a batch's lines share their seconds, and mostly their requests (measured)
         requests: Dict[Tuple[Any, ...], str] = {}
         while self._entries:
-            created, environ, status, size, ms, why = self._entries.popleft()
+            entry = self._entries.popleft()
+            if len(entry) == 1:  # a line of its own
+                lines.append(entry[0])
+                continue
+            created, environ, status, size, ms, why = entry
             second = seconds.get(int(created)) or seconds.setdefault(int(created), _utc(int(created))[:-5])
             asked = tuple(environ.get(key) for key in ("REMOTE_ADDR", "REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO",
                                                        "QUERY_STRING"))
@@ -785,9 +797,9 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
             for line in loaded.warnings(path):
                 print(line, file=sys.stderr)
             return 0
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(_UTCFormatter("%(asctime)s %(message)s"))
-        logging.basicConfig(level=logging.INFO, handlers=[handler])
+        log = AccessLog(sys.stderr)  # every line of the process goes through it: none waits for stderr
+        log.setFormatter(_UTCFormatter("%(asctime)s %(message)s"))
+        logging.basicConfig(level=logging.INFO, handlers=[log])
         # waitress warns "Task queue depth is N" for each request that waits for a thread, from the thread
         # that serves every connection: a burst is thousands of lines, and a slow stderr stalls everyone.
         logging.getLogger("waitress.queue").setLevel(logging.ERROR)
@@ -800,12 +812,13 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         return _fail(["%s: no such file; to start from the example: %s --example > %s"
                       % (os.path.abspath(path), parser.prog, path)])
     try:
-        return _serve(settings, args.quiet, data)
+        return _serve(settings, data, None if args.quiet else log)
     finally:
         data.close()
+        log.close()  # the lines of the requests answered, unless the stream does not take them
 
 
-def _serve(settings: Mapping[str, Any], quiet: bool, data: store.DataFile[Snapshot]) -> int:
+def _serve(settings: Mapping[str, Any], data: store.DataFile[Snapshot], access: Optional[AccessLog]) -> int:
     """Serve ``data`` under waitress until SIGTERM or Ctrl-C."""
     try:
         from waitress import create_server
@@ -813,7 +826,6 @@ def _serve(settings: Mapping[str, Any], quiet: bool, data: store.DataFile[Snapsh
         return _fail(["waitress is not installed: python -m pip install waitress"])
     host, port = settings["host"], settings["port"]
     socket_map: Dict[int, Any] = {}  # ours, single socket or several, so that _run can see every connection
-    access = None if quiet else AccessLog(sys.stderr)
     try:
         server = create_server(create_app(data, access_log=access or False), map=socket_map, host=host,
                                port=port, threads=settings["threads"], **WAITRESS_SETTINGS)
@@ -826,11 +838,7 @@ def _serve(settings: Mapping[str, Any], quiet: bool, data: store.DataFile[Snapsh
     assert snapshot is not None  # open_data raised otherwise
     print("\n".join(_banner(settings, snapshot.store, urls, listening[0][1], data.writable)))
     sys.stdout.flush()
-    try:
-        _run(server, socket_map, settings["stop_timeout"])
-    finally:
-        if access is not None:
-            access.close()  # the lines of the requests answered, unless the stream does not take them
+    _run(server, socket_map, settings["stop_timeout"])
     return 0
 
 
@@ -886,7 +894,7 @@ def _run(server: Any, socket_map: Dict[int, Any], stop_timeout: float) -> None:
                     or getattr(channel, "total_outbufs_len", 0)):
                 channel.will_close = True
         wasyncore.loop(timeout=0.1, map=socket_map, use_poll=True, count=1)
-    server.task_dispatcher.shutdown()
+    server.task_dispatcher.shutdown(timeout=max(0.0, deadline[0] - time.monotonic()))  # the rest are cut short
 
 
 def _handle_signals() -> None:

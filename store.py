@@ -634,12 +634,10 @@ def _locked(path: str, max_size: int) -> Iterator[tuple[str, bytes, os.stat_resu
             os.close(fd)  # lets go of the lock
 
 
-def _replace(target: str, raw: bytes, old: Optional[os.stat_result], source: str) -> int:
+def _replace(target: str, raw: bytes, old: Optional[os.stat_result], source: str) -> Signature:
     """Write ``raw`` to a temporary file beside ``target``, fsync'd, with the old file's mode and owner, and
-    rename it over ``target``: a reader sees the old version or the new, never half.  Return its descriptor,
-    holding the writers' lock until the caller closes it.  The temporary file goes on every way out."""
-    import fcntl
-
+    rename it over ``target``: a reader sees the old version or the new, never half.  Return the signature
+    of the version written.  The temporary file goes on every way out, SystemExit included."""
     directory, name = os.path.split(target)
     temporary = os.path.join(directory, ".%s.qstash-lists-tmp" % name)  # one name: a leftover is reused
     fd = -1
@@ -647,7 +645,6 @@ def _replace(target: str, raw: bytes, old: Optional[os.stat_result], source: str
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
         if old is not None:
             os.fchmod(fd, stat.S_IMODE(old.st_mode))
             with contextlib.suppress(PermissionError):  # only root can give a file away
@@ -663,8 +660,10 @@ def _replace(target: str, raw: bytes, old: Optional[os.stat_result], source: str
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
-        fd, done = -1, fd
-        return done
+        written = _signature(os.fstat(fd))
+        os.close(fd)
+        fd = -1
+        return written
     except OSError as exc:
         raise DataError(["%s: cannot write: %s (%s); it is unchanged" % (source, exc.strerror or exc,
                                                                         exc.filename or target)]) from None
@@ -701,10 +700,10 @@ def record(path: str, document: dict[str, Any], token: str, max_size: int = DEFA
     raw = _dump(document, path, max_size)
     loaded = parse(raw, path, token)
     if not os.path.lexists(path):
-        os.close(_replace(os.path.realpath(path), raw, None, path))
+        _replace(os.path.realpath(path), raw, None, path)
         return loaded
     with _locked(path, max_size) as (target, _, old):
-        os.close(_replace(target, raw, old, path))
+        _replace(target, raw, old, path)
     return loaded
 
 
@@ -829,21 +828,25 @@ class DataFile(Generic[T]):
     SIGHUP), builds a changed version with ``build(raw)`` aside and puts it in service whole:
     requests only read :meth:`current`.  A version that cannot be read or built is logged when the
     fault starts and when it ends, and the last good snapshot stays.  Each process has its own
-    reloader, started at a fork (Python's hook, or :func:`after_fork` from a server's), which looks
-    at once.  The constructor's first load raises DataError if ``required``; else :meth:`current`
-    is None until a good version appears.  ``writable``: :meth:`update` writes the file, and
-    :meth:`current` first looks whether another process has, so that every next read sees a write.
+    reloader: a fork (Python's hook, or :func:`after_fork` from a server's) only marks it, and the
+    child's first call looks at the file and starts one (no thread starts inside a fork hook, where a
+    server may be stopping the child).  The constructor's first load raises DataError if
+    ``required``; else :meth:`current` is None until a good version appears.  ``writable``:
+    :meth:`update` writes the file, and :meth:`current` first looks whether another process has, so
+    that every next read sees a write.
     """
 
     def __init__(self, path: str, build: Callable[[bytes], T], interval: float = 1.0, *,
                  max_size: int = DEFAULT_MAX_SIZE, required: bool = True, writable: bool = False) -> None:
         if interval <= 0:
             raise ValueError("interval must be positive")
-        self.path, self.interval, self.max_size, self.writable, self._build = path, interval, max_size, writable, build
+        self.path, self.interval, self.max_size, self.writable = path, interval, max_size, writable
+        self._build = build
         #: The signature of the version last judged, the snapshot in service and its Status: one owner, _put.
         self._state: tuple[Optional[Signature], Optional[T], Status] = (None, None, Status())
         self._fault: Optional[str] = None  # the first line of the fault last logged, until it ends
         self._closed = self._forked = False
+        self._lock, self._writing = threading.Lock(), threading.Lock()  # writing: one write at a time here
         fault = self._load()
         if fault is not None:
             if required:
@@ -854,12 +857,16 @@ class DataFile(Generic[T]):
 
     def current(self) -> Optional[T]:
         """Return the newest good snapshot (None only if there has never been one)."""
+        if self._forked:
+            self._adopt()
         if self.writable and _stat(self.path) != self._state[0]:
             self.refresh()  # a write from another process: the next read sees it
         return self._state[1]
 
     def status(self) -> Status:
         """Return which version is in service, since when, and when the file on disk stopped being it."""
+        if self._forked:
+            self._adopt()
         signature, _, status = self._state
         if status.failed_at is None and status.version is not None and _stat(self.path) != signature:
             return status._replace(failed_at=time.time())  # changed since, and not yet looked at
@@ -906,12 +913,9 @@ class DataFile(Generic[T]):
             if outcome[1]:
                 new = _dump(document, self.path, self.max_size)
                 snapshot = self._build(new)
-                fd = _replace(target, new, old, self.path)
-                try:
-                    with self._lock:
-                        self._put(_signature(os.fstat(fd)), snapshot, new)
-                finally:
-                    os.close(fd)
+                signature = _replace(target, new, old, self.path)
+                with self._lock:
+                    self._put(signature, snapshot, new)
             return outcome
 
     def _load(self) -> Optional[DataError]:
@@ -952,15 +956,20 @@ class DataFile(Generic[T]):
         logger.error("%s: %s", self.path, outcome)
 
     def _start(self) -> None:
-        """Start this process's reloader (a forked child: a new one, which looks at once), holding only a weak
-        reference: a DataFile nobody uses any more stops it.  The locks are new: a parent's may be held."""
-        self._lock = threading.Lock()
-        self._writing = threading.Lock()  # one write at a time in this process; the flock, between processes
+        """Start this process's reloader, holding only a weak reference: a DataFile nobody uses stops it."""
         self._wake = threading.Event()
-        wait = 0 if self._forked else self.interval
-        self._thread = threading.Thread(target=_reloader, args=(weakref.ref(self), wait), daemon=True,
+        self._thread = threading.Thread(target=_reloader, args=(weakref.ref(self), self.interval), daemon=True,
                                         name="qstash-lists reloader: %s" % self.path)
         self._thread.start()
+
+    def _adopt(self) -> None:
+        """The first call in a forked child: start its reloader, and look at the file now."""
+        with self._lock:
+            started, self._forked = self._forked, False
+            if started:
+                self._start()
+        if started:
+            self.refresh()
 
 
 def _reloader(ref: "weakref.ReferenceType[DataFile[Any]]", wait: float) -> None:
@@ -985,12 +994,12 @@ _open_files: "weakref.WeakSet[DataFile[Any]]" = weakref.WeakSet()
 
 
 def after_fork() -> None:
-    """In a forked child, start a reloader for every open DataFile, which looks at once.  Python's own
+    """In a forked child, mark every open DataFile, whose first call then starts its own reloader and looks
+    at once; its locks are new (a parent's may be held by a thread the child does not have).  Python's own
     fork runs this itself; a server that forks from C (uWSGI) calls it from its post-fork hook."""
     for data in list(_open_files):
         if not data._closed:
-            data._forked = True
-            data._start()
+            data._lock, data._writing, data._forked = threading.Lock(), threading.Lock(), True
 
 
 if hasattr(os, "register_at_fork"):

@@ -250,3 +250,44 @@ def test_a_refused_connection_and_a_missing_token(tmp_path: Path) -> None:
     assert run(["--record", "--data", str(path)]) == (
         2, "", "QSTASH_TOKEN is not set: --record reads the account whose token it is\n")
     assert path.read_bytes() == BEFORE
+
+
+def test_the_file_keeps_its_mode_and_a_symlink_its_target(fake: Fake, tmp_path: Path) -> None:
+    target = tmp_path / "real.json"
+    target.write_bytes(BEFORE)
+    target.chmod(0o644)
+    link = tmp_path / "data.json"
+    link.symlink_to(target)
+    code, _, err = record(fake, link)
+    assert (code, err) == (0, "")
+    assert link.is_symlink() and json.loads(target.read_text())["queues"][0]["name"] == "emails"
+    assert target.stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.json", "real.json"]
+
+
+def test_the_size_limit_is_checked_on_the_bytes_written(fake: Fake, tmp_path: Path) -> None:
+    """Each answer fits in --max-size; the indented file they make does not: refused, not written."""
+    path = tmp_path / "data.json"
+    path.write_bytes(BEFORE)
+    limit = max(len(body) for _, _, body in fake.answers.values()) + 1
+    code, out, err = record(fake, path, "--max-size", str(limit))
+    assert (code, out) == (2, "") and err.count("\n") == 2
+    assert err.startswith("%s: would be " % path) and "over the limit of %d bytes" % limit in err
+    assert path.read_bytes() == BEFORE
+
+
+@pytest.mark.parametrize("how", ["nested", "bad host", "no directory"])
+def test_each_other_failure_is_one_line(fake: Fake, tmp_path: Path, how: str) -> None:
+    path = tmp_path / ("missing/data.json" if how == "no directory" else "data.json")
+    if how != "no directory":
+        path.write_bytes(BEFORE)
+    if how == "nested":
+        fake.answers["/v2/topics"] = (200, "application/json", b"[" * 100000 + b"]" * 100000)
+    env = {"QSTASH_TOKEN": TOKEN_A, "QSTASH_LISTS_UPSTREAM": "http://a..b" if how == "bad host" else
+           "http://127.0.0.1:%d" % fake.server_address[1]}
+    code, out, err = run(["--record", "--data", str(path)], env=env)
+    assert (code, out) == (2, "") and "Traceback" not in err and err.count("\n") == (2 if how == "no directory" else 1)
+    expected = {"nested": "the answer is nested too deeply", "bad host": "no answer (",
+                "no directory": "cannot write: No such file or directory"}[how]
+    assert expected in err
+    assert how == "no directory" or path.read_bytes() == BEFORE

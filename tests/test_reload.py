@@ -241,11 +241,13 @@ def test_without_a_fallback_the_one_account_form_is_kept_out(path: Path, caplog:
 
 
 def test_a_closed_data_file_stops_its_reloader(path: Path) -> None:
-    data = service.open_data(str(path), None, interval=0.01)
+    data = service.open_data(str(path), None, interval=3600)
     thread = data._thread
     assert thread.is_alive()
-    data.close()
-    assert not thread.is_alive()
+    before = served(data)
+    write_json(path, version(2, 1))
+    data.close()  # wakes the reloader, which stops without another look
+    assert not thread.is_alive() and served(data) == before
 
 
 def test_readers_see_whole_snapshots_while_the_file_churns(tmp_path: Path) -> None:
@@ -380,7 +382,7 @@ def test_a_forked_child_gets_a_reloader_of_its_own(path: Path) -> None:
             write_json(path, version(2, 1))
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and not ok:
-                ok = data._thread.is_alive() and served(data) == "v2-0"
+                ok = served(data) == "v2-0" and data._thread.is_alive()
                 time.sleep(0.02)
         finally:
             os._exit(0 if ok else 1)
@@ -492,8 +494,8 @@ def _libc_fork() -> int:
 def test_a_child_forked_in_the_middle_of_a_build_serves_the_file_as_it_is_now(path: Path, fork: Any) -> None:
     """gunicorn --preload and uWSGI fork workers whenever they like: here, while the parent's
     reloader is building a new version.  The child must not keep the old snapshot as if it were
-    the new file's: its reloader starts at the fork (Python's hook; from C, the server's own hook,
-    which calls store.after_fork as make_app has uWSGI do) and looks at once."""
+    the new file's: the fork marks it (Python's hook; from C, the server's own hook, which calls
+    store.after_fork as make_app has uWSGI do), and its first call starts its reloader and looks."""
     parent = os.getpid()
     building, release = threading.Event(), threading.Event()
 
@@ -520,8 +522,11 @@ def test_a_child_forked_in_the_middle_of_a_build_serves_the_file_as_it_is_now(pa
         try:
             if fork is _libc_fork:
                 store.after_fork()  # the server's post-fork hook
-            if len(reloaders() - parents) != 1:
+            if reloaders() - parents:  # none yet: a fork hook starts no thread
                 os._exit(2)
+            data.current()  # the child's first call: its own reloader, and a look now
+            if len(reloaders() - parents) != 1:
+                os._exit(3)
             deadline = time.monotonic() + 10
             while status and time.monotonic() < deadline:
                 status = 0 if data.current() == "v2-0" else 1

@@ -142,7 +142,7 @@ def test_each_fault_is_reported_with_its_place(document: Any, message: str) -> N
     assert one(document) == "data.json: " + message
 
 
-@pytest.mark.parametrize("raw", [b'{"queues": [}', b'{"queues": [1 2]}', b'{"queues" []}'])
+@pytest.mark.parametrize("raw", [b'{"queues": [}', b'{"queues": [1 2]}', b'{"queues" []}', b'{"queues": [1, , 2]}'])
 def test_invalid_json_is_reported_with_its_line_and_column(raw: bytes) -> None:
     # The place and the words are the json module's own; they differ between Python versions.
     with pytest.raises(json.JSONDecodeError) as info:
@@ -184,6 +184,15 @@ def test_an_integer_python_will_not_read_is_one_line_in_our_words() -> None:
         assert one(raw) == "data.json: invalid JSON: an integer of more than 4,300 digits"
     else:
         assert one(raw).startswith("data.json: queues[0].lag: expected an integer no larger than ")
+
+
+def test_a_value_that_keeps_its_rule_is_not_reported_beside_one_that_does_not() -> None:
+    """Equal times are fine, and a duplicate is one name: only the other faults of those items."""
+    assert faults({"queues": [dict(Q, createdAt=5, updatedAt=5, lag="x")]}) == [
+        'data.json: queues[0].lag: expected a non-negative integer, got "x"']
+    assert faults({"queues": [Q, dict(Q, parallelism=0, lag=-1)]}) == [
+        'data.json: queues[1].name: duplicate name "q" (also at queues[0].name)',
+        "data.json: queues[1].lag: expected a non-negative integer, got -1"]
 
 
 def test_every_fault_of_an_item_is_reported_even_with_one_missing() -> None:

@@ -137,6 +137,9 @@ def test_signals_of_each_server(tmp_path: Path, server: str, signum: str) -> Non
     with started(command(port), env, cwd=str(tmp_path)) as proc:
         log = Output(proc.stderr)
         wait_until_answered(port, timeout=60)
+        # Every worker up: a uWSGI worker still starting can miss the master's graceful stop, and then
+        # the master waits for it (uWSGI 2.0's own race, seen about once in ten runs on a loaded machine).
+        eventually(lambda: everyone_serves(port, "emails"), timeout=30)
         if signum == "SIGHUP":  # an edit the reloaders would see in an hour; SIGHUP has it seen now
             replace(data, big_document(10, extra="added"))
             proc.send_signal(signal.SIGHUP)
@@ -255,9 +258,10 @@ def test_the_throughput_recipe_finishes_the_answers_in_flight_on_sigterm(tmp_pat
 
 @needs_uwsgi
 def test_uwsgi_workers_say_stale_while_the_file_differs_and_serve_an_edit_within_an_interval(tmp_path: Path) -> None:
-    """uWSGI forks its workers from C: each starts its reloader from uWSGI's own post-fork hook and looks
-    at once.  An edit then reaches every worker within the interval, and until a worker has it, its
-    /healthz says stale (the file on disk differs from what it serves)."""
+    """uWSGI forks its workers from C: uWSGI's own post-fork hook marks each, whose first call starts its
+    reloader and looks at once.  An edit then reaches every worker within the interval, and until a
+    worker has it, its /healthz says stale (the file on disk differs from what it serves)."""
+    import hashlib
     import json
 
     data = write_json(tmp_path / "data.json", big_document(10))
@@ -268,11 +272,13 @@ def test_uwsgi_workers_say_stale_while_the_file_differs_and_serve_an_edit_within
             Output(master.stderr)
             wait_until_answered(port, timeout=60)
             replace(data, big_document(10, extra="edited-" + interval))
-            if interval == "3600":  # no look for an hour: every worker says so
+            if interval == "3600":  # no look for an hour: a worker says so, or serves the edit (its first look)
+                edited = hashlib.sha256(data.read_bytes()).hexdigest()
                 healths = [json.loads(get("127.0.0.1", port, "/healthz", token=None)[1]) for _ in range(20)]
-                assert all(health["stale"] for health in healths), healths
+                assert all(health["stale"] or health["version"] == edited for health in healths), healths
             else:
                 eventually(lambda: everyone_serves(port, "edited-0.5"), timeout=5)
-                assert not json.loads(get("127.0.0.1", port, "/healthz", token=None)[1])["stale"]
+                eventually(lambda: not any(json.loads(get("127.0.0.1", port, "/healthz", token=None)[1])["stale"]
+                                           for _ in range(10)), timeout=5)
             master.terminate()
             master.wait(timeout=30)

@@ -10,7 +10,7 @@ import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, cast
 
 import pytest
 from helpers import (
@@ -70,6 +70,37 @@ def test_upsert_creates_then_updates_a_queue_keeping_created_at(writable: Any, p
     assert [q["name"] for q in call(writable, "/v2/queues", headers=bearer(TOKEN_A)).json()] == ["emails", "jobs"]
     assert on_disk(path)["accounts"][0]["queues"][1] == updated  # on disk before the 200
     assert path.read_text().startswith('{\n  "accounts": [\n')  # indented JSON
+
+
+def test_an_upsert_without_paused_keeps_the_queues_and_the_writer_does_not_read_its_own_write_again(
+        writable: Any, caplog: Any) -> None:
+    import logging
+
+    with caplog.at_level(logging.INFO, "qstash_lists"):
+        send(writable, "POST", "/v2/queues/emails/pause")
+        assert send(writable, "POST", "/v2/queues", {"queueName": "emails", "parallelism": 3}).json()["paused"]
+        assert call(writable, "/v2/queues/emails", headers=bearer(TOKEN_A)).json()["parallelism"] == 3
+    assert "reloaded" not in caplog.text  # its own version is in service already
+
+
+def test_a_writer_that_opened_a_version_replaced_before_its_lock_takes_the_new_one(path: Path,
+                                                                                     monkeypatch: Any) -> None:
+    """Another process renames a new version over the file between this writer's open and its lock."""
+    real, replaced = store._open, cast(List[int], [])
+
+    def open_then_replaced(target: str) -> int:
+        fd = real(target)
+        if not replaced:
+            replaced.append(1)
+            document = on_disk(path)
+            document["accounts"][1]["queues"] = []
+            write_json(path.with_suffix(".new"), document)
+            os.replace(path.with_suffix(".new"), path)
+        return fd
+
+    monkeypatch.setattr(store, "_open", open_then_replaced)
+    with store._locked(str(path), store.DEFAULT_MAX_SIZE) as (_, raw, _):
+        assert json.loads(raw)["accounts"][1]["queues"] == []
 
 
 def test_pause_resume_and_delete(writable: Any) -> None:
@@ -161,6 +192,13 @@ def test_bad_input_gets_a_400_naming_the_field_and_writes_nothing(writable: Any,
         response = send(writable, method, route, body)
     assert (response.status, response.json()) == (400, {"error": message})
     assert path.read_bytes() == before
+
+
+def test_a_message_is_escaped_once(writable: Any) -> None:
+    """The SDK user reads the body as it is: a value outside the rule shows as written, in UTF-8."""
+    response = send(writable, "POST", "/v2/queues", {"queueName": "ünï", "parallelism": 1})
+    message = "bad request: queueName: expected a name of %s, got \"ünï\"" % store.NAME_RULE
+    assert response.body == json.dumps({"error": message}, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def test_a_body_over_the_limit_is_refused_unread(writable: Any, path: Path) -> None:
@@ -355,6 +393,9 @@ def test_read_only_refuses_every_write_and_changes_nothing(data_path: Path) -> N
 
 def test_the_writable_setting(tmp_path: Path, monkeypatch: Any) -> None:
     path = write_json(tmp_path / "data.json", copy.deepcopy(accounts_document()))
+    for off in ("0", "false", "no", "off"):
+        app = service.make_app({"QSTASH_LISTS_DATA": str(path), "QSTASH_LISTS_WRITABLE": off})
+        assert send(app, "DELETE", "/v2/queues/emails").status == 405
     app = service.make_app({"QSTASH_LISTS_DATA": str(path), "QSTASH_LISTS_WRITABLE": "1"})
     assert send(app, "DELETE", "/v2/queues/emails").status == 200
     with pytest.raises(SystemExit):
