@@ -20,8 +20,10 @@ def app(data_path: Path) -> Any:
     return service.create_app(service.open_data(str(data_path), None), access_log=False)
 
 
-# Started from a background job (a CI runner, nohup), SIGINT is ignored, and a child process would
-# inherit that: waitress-serve, which leaves SIGINT to Python's default handler, could not be
-# stopped with it.  A Python handler is reset to the default in a child, as an interactive shell does.
-if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+# Started from a background job or under nohup, SIGINT or SIGHUP is ignored, and a child process would
+# inherit that: waitress-serve could not be stopped with SIGINT, and the app would leave SIGHUP alone.
+# A Python handler is reset to the default in a child, as a shell starts it; this run keeps nohup's
+# intent (a hangup does not end it).
+for _signum, _handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGHUP, lambda *args: None)):
+    if signal.getsignal(_signum) == signal.SIG_IGN:
+        signal.signal(_signum, _handler)
