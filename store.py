@@ -309,7 +309,7 @@ def _json(raw: bytes, source: str) -> Any:
             from None
     except RecursionError:
         raise DataError(["%s: invalid JSON: nested too deeply" % source]) from None
-    except ValueError:  # Python 3.11+ will not read an integer of over 4,300 digits (and says so without a place)
+    except ValueError:  # Python (3.11, 3.10.7, 3.9.14 on) reads no integer of over 4,300 digits, and says not where
         raise DataError(["%s: invalid JSON: an integer of more than 4,300 digits" % source]) from None
 
 
@@ -654,24 +654,23 @@ def _replace(target: str, raw: bytes, old: Optional[os.stat_result], source: str
             view = view[os.write(fd, view):]
         os.fsync(fd)
         os.replace(temporary, target)
+        temporary = ""  # renamed: nothing to remove
         with contextlib.suppress(OSError):  # the rename itself on disk: best effort (not every file system)
             dir_fd = os.open(directory or ".", os.O_RDONLY)
             try:
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
-        written = _signature(os.fstat(fd))
-        os.close(fd)
-        fd = -1
-        return written
+        return _signature(os.fstat(fd))
     except OSError as exc:
         raise DataError(["%s: cannot write: %s (%s); it is unchanged" % (source, exc.strerror or exc,
                                                                         exc.filename or target)]) from None
     finally:
-        if fd >= 0:  # not renamed: gone, and so is the lock
+        if fd >= 0:
+            os.close(fd)
+        if temporary:  # not renamed: the temporary file goes
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
-            os.close(fd)
 
 
 def _dump(document: Any, source: str, max_size: int) -> bytes:

@@ -165,7 +165,7 @@ MUTANTS: List[Mutant] = [
     M("writes", "store.py", "    target = os.path.realpath(path)\n    deadline", "    target = path\n    deadline",
       WRITES),
     M("writes", "store.py", "        os.fsync(fd)\n        os.replace", "        os.replace", WRITES),
-    M("writes", "store.py", "        if fd >= 0:  # not renamed", "        if False:  # not renamed", WRITES),
+    M("writes", "store.py", "        if temporary:  # not renamed", "        if False:  # not renamed", WRITES),
     M("writes", "store.py", "        if self.writable and _stat(self.path) != self._state[0]:", "        if False:",
       WRITES),
     M("writes", "store.py", "self._put(signature, snapshot, new)", "self._put(None, snapshot, new)", WRITES),

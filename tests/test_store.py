@@ -180,7 +180,7 @@ def test_an_integer_python_will_not_read_is_one_line_in_our_words() -> None:
     import sys
 
     raw = b'{"queues": [{"createdAt": 1, "updatedAt": 2, "name": "q", "parallelism": 1, "lag": 1%s}]}' % (b"0" * 4999)
-    if sys.version_info >= (3, 11):  # it refuses integers of over 4,300 digits, and says where not
+    if hasattr(sys, "set_int_max_str_digits"):  # 3.11, 3.10.7, 3.9.14 and later refuse over 4,300 digits
         assert one(raw) == "data.json: invalid JSON: an integer of more than 4,300 digits"
     else:
         assert one(raw).startswith("data.json: queues[0].lag: expected an integer no larger than ")
