@@ -535,13 +535,13 @@ class AccessLog(logging.Handler):
     log call and no stop: past ACCESS_LOG_BACKLOG, lines are dropped and counted."""
 
     def __init__(self, stream: Any) -> None:
-        super().__init__()
         self._stream = stream
         self._entries: collections.deque[Tuple[Any, ...]] = collections.deque()
         self._dropped = 0
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="qstash-lists access log", daemon=True)
         self._thread.start()
+        super().__init__()  # last: logging closes a handler at exit, which needs the thread
 
     def emit(self, record: logging.LogRecord) -> None:
         """Note a log record's line (logging.Handler's hook)."""

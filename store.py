@@ -303,10 +303,13 @@ def _json(raw: bytes, source: str) -> Any:
     try:
         return json.loads(text, object_pairs_hook=_pairs)
     except json.JSONDecodeError as exc:
-        comma = text[:exc.pos].rstrip().endswith(",") and text[exc.pos:exc.pos + 1] in ("]", "}")
-        message = "a comma before the closing '%s' (JSON allows none)" % text[exc.pos] if comma else exc.msg
-        raise DataError(["%s: line %d, column %d: invalid JSON: %s" % (source, exc.lineno, exc.colno, message)]) \
-            from None
+        line, column, message = exc.lineno, exc.colno, exc.msg
+        pos = exc.pos + (text[exc.pos:exc.pos + 1] == ",")  # 3.13 points at the comma, earlier ones after it
+        closing = len(text) - len(text[pos:].lstrip())
+        if text[:pos].rstrip().endswith(",") and text[closing:closing + 1] in ("]", "}"):
+            line, column = text.count("\n", 0, closing) + 1, closing - text.rfind("\n", 0, closing)
+            message = "a comma before the closing '%s' (JSON allows none)" % text[closing]
+        raise DataError(["%s: line %d, column %d: invalid JSON: %s" % (source, line, column, message)]) from None
     except RecursionError:
         raise DataError(["%s: invalid JSON: nested too deeply" % source]) from None
     except ValueError:  # Python (3.11, 3.10.7, 3.9.14 on) reads no integer of over 4,300 digits, and says not where

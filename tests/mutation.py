@@ -151,7 +151,7 @@ MUTANTS: List[Mutant] = [
     M("validation", "store.py", 'return parts.scheme in ("http", "https")',
       'return parts.scheme in ("http", "https", "ftp")'),
     M("validation", "store.py", "if type(paused) is not bool:", "if False:"),
-    M("validation", "store.py", 'and text[exc.pos:exc.pos + 1] in ("]", "}")', ""),
+    M("validation", "store.py", 'and text[closing:closing + 1] in ("]", "}")', ""),
     M("validation", "store.py", "    if not text.strip():\n", "    if False:\n"),
     # writes
     M("writes", "store.py", "if _signature(old) != self._state[0] or self._state[2].failed_at is not None:",
