@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Iterator, Mapping, NamedTuple, Optional, TypeVar, Union, cast
 from urllib.parse import urlsplit
 
-__all__ = ["Account", "Conflict", "DataError", "DataFile", "Endpoint", "FileChanging", "Queue", "Status", "Store",
-           "TokenMissing", "TooLarge", "UrlGroup", "check_token", "from_api", "load", "megabytes", "parse", "read",
-           "record", "wake_all"]
+__all__ = ["Account", "Change", "Conflict", "DataError", "DataFile", "Endpoint", "FileChanging", "Queue", "Status",
+           "Store", "TokenMissing", "TooLarge", "UrlGroup", "add_endpoints", "after_fork", "check_token", "delete_item",
+           "encode", "from_api", "is_http_url", "is_name", "is_text", "is_whole", "load", "megabytes", "parse",
+           "pause_queue", "read", "record", "remove_endpoints", "upsert_queue", "wake_all"]
 
 logger = logging.getLogger("qstash_lists")
 
