@@ -52,8 +52,7 @@ __version__ = "0.3.0"
 __all__ = ["DEV_TOKEN", "SETTINGS", "AccessLog", "HTTPError", "Snapshot", "create_app", "main", "make_app", "open_data",
            "read_settings"]
 
-Headers = List[Tuple[str, str]]
-Answer = Tuple[str, Headers, bytes, Optional[str]]  # status line, headers, body, and why (for the access log only)
+Answer = Tuple[str, List[Tuple[str, str]], bytes, Optional[str]]  # status, headers, body, why (for the log only)
 StartResponse = Callable[..., Callable[[bytes], object]]
 WSGIEnvironment = Dict[str, Any]
 WSGIApplication = Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]
@@ -63,25 +62,24 @@ DEV_TOKEN = "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3J
 #: ... and its signing keys (published in @upstash/qstash as DEV_CREDENTIALS), served to it.
 DEV_SIGNING_KEYS = ("sig_7kYjw48mhY7kAjqNGcy6cr29RJ6r", "sig_5ZB6DVzB1wjE8S6rZ7eenA8Pdnhs")
 _DEV_DIGEST = hashlib.sha256(DEV_TOKEN.encode()).digest()
+HEALTH_PATH = "/healthz"  # no token needed; it says which version of the data file is served (see health)
 #: The route table, the one place that names the paths: a path ("{name}" is an item's name, one
 #: segment) -> the methods it answers.  GET (and so HEAD) reads; the others write, with --writable.
 ROUTES: Dict[str, Tuple[str, ...]] = {
     "/v2/topics": ("GET",), "/v2/topics/{name}": ("GET", "DELETE"), "/v2/topics/{name}/endpoints": ("POST", "DELETE"),
     "/v2/queues": ("GET", "POST"), "/v2/queues/{name}": ("GET", "DELETE"), "/v2/queues/{name}/pause": ("POST",),
-    "/v2/queues/{name}/resume": ("POST",), "/v2/keys": ("GET",)}
+    "/v2/queues/{name}/resume": ("POST",), "/v2/keys": ("GET",), HEALTH_PATH: ("GET",)}
 #: What each collection answers: the store.Account field, and what one of its items is called.
 FIELDS = {"/v2/topics": ("url_groups", "URL group"), "/v2/queues": ("queues", "queue"),
           "/v2/keys": ("signing_keys", "")}
-HEALTH_PATH = "/healthz"  # no token needed; it says which version of the data file is served (see health)
-_HEALTH_PATHS = (HEALTH_PATH, HEALTH_PATH + "/")  # a trailing slash, as on every path
 GZIP_MIN = 1024  # bodies shorter than this are not worth compressing
+PRIVATE = "private, no-cache"  # one account's lists: no shared cache keeps them; revalidated (RFC 9111, 5.2.2)
+NO_STORE = "no-store"  # signing keys (secrets), errors, writes, health: no cache stores them at all
 MAX_BODY = 64 * 1024  # the largest body a write takes (QStash's carry a few hundred bytes)
-#: waitress's settings, chosen on purpose and measured (docs/deploying.md); the benchmark's
-#: baseline and the documented waitress-serve command use them too.
+#: waitress's settings, measured (docs/deploying.md); the benchmark's baseline and waitress-serve's recipe use them.
 WAITRESS_SETTINGS: Dict[str, Any] = {
     "ident": "qstash-lists",  # the Server header: no version numbers (--record knows itself by it)
-    # Bodies go by reference (wsgi.file_wrapper): what waits for a slow reader costs next to no
-    # memory, while waitress's default watermark parks a worker for as long as a client does not read.
+    # Bodies go by reference (wsgi.file_wrapper): a slow reader holds no worker, as the default watermark would.
     "outbuf_high_watermark": 1 << 40,
     "asyncore_use_poll": True,  # select() fails on descriptors above 1023; poll() does not
     "channel_timeout": 15,  # close a connection that has sent and been sent nothing for 15 s...
@@ -90,10 +88,8 @@ WAITRESS_SETTINGS: Dict[str, Any] = {
     "max_request_header_size": 16 * 1024,  # answered with 431 above this
     "max_request_body_size": MAX_BODY,
 }
-#: The servers whose wsgi.file_wrapper keeps a body by reference until the client has read it
-#: (waitress: no copy, no worker parked), by the module of the wrapper.  Other servers read a
-#: wrapped BytesIO back in small blocks (uWSGI 4 KB, gunicorn 8 KB, a write each), so they get
-#: the bytes whole, in one write (tests/benchmark.py --only table measures both).
+#: The servers whose wsgi.file_wrapper keeps a body by reference until it is read (waitress: no copy), by the
+#: wrapper's module; others read a BytesIO back in 4-8 KB writes, so they get the bytes whole (benchmark: table).
 BY_REFERENCE = ("waitress.",)
 LOGGED_QUERY_FIELDS = 8  # at most this many fields of a query in the access log (names only: a value may be a token)
 SHOWN_NAME = 100  # a name longer than this is cut short where a message repeats it
@@ -107,8 +103,6 @@ access_logger = logging.getLogger("qstash_lists.access")
 
 
 # ---- Errors: one type, rendered in one place -----------------------------------------------------
-
-
 class HTTPError(Exception):
     """An error answer: a status, a JSON ``{"error": message}`` body, extra headers, and ``why`` for the log only."""
 
@@ -166,8 +160,7 @@ class MethodNotAllowed(HTTPError):
 
 
 class Unauthorized(HTTPError):
-    """No credential, or a malformed or unknown one: one answer for all, the reason in the log only.
-    The challenge says ``error="invalid_token"`` when a credential was sent (RFC 6750, 3.1)."""
+    """No credential, or a bad one: one answer for all, the reason in the log only (RFC 6750, 3.1)."""
 
     status = HTTPStatus.UNAUTHORIZED
     message = ("unauthorized: send your QStash token as 'Authorization: Bearer <token>' "
@@ -188,80 +181,60 @@ def _json_answer(status: HTTPStatus, document: Any, headers: Sequence[Tuple[str,
     """An answer of its own (an error, a write, the health check): compact JSON that no cache keeps."""
     body = store.encode(document)
     return "%d %s" % (status, status.phrase), [("Content-Type", "application/json"), ("Content-Length", str(len(
-        body))), ("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")] + list(headers), body, why
+        body))), ("Cache-Control", NO_STORE), ("X-Content-Type-Options", "nosniff")] + list(headers), body, why
 
 
 # ---- Response bodies: encoded once per loaded data file ------------------------------------------
+class Body:
+    """One response body and the headers of its 200 and 304 answers, built once per snapshot; its ETag a digest
+    of the bytes; its gzip twin made on first demand.  ``cache``: PRIVATE for one account's lists, NO_STORE for
+    signing keys."""
 
+    __slots__ = ("data", "etag", "compressible", "not_modified", "headers", "_gzip")
 
-class Representation:
-    """One encoding of a body, with the headers of its 200 and 304 answers, built once."""
-
-    __slots__ = ("data", "etag", "not_modified", "headers")
-
-    def __init__(self, data: bytes, etag: str, vary: bool, cache: str, encoding: Optional[str] = None) -> None:
-        self.data, self.etag = data, etag
+    def __init__(self, data: bytes, cache: str, etag: str = "", encoding: Optional[str] = None) -> None:
+        self.data, self.etag = data, etag or '"%s"' % hashlib.blake2b(data, digest_size=16).hexdigest()
+        self.compressible = encoding is None and len(data) >= GZIP_MIN
         # A 304 repeats these of the 200 (RFC 9110, 15.4.5); Vary: the body depends on Accept-Encoding (12.5.5).
-        self.not_modified = [("ETag", etag), ("Cache-Control", cache), ("X-Content-Type-Options", "nosniff")] + [
-            ("Vary", "Accept-Encoding")] * vary
+        self.not_modified = [("ETag", self.etag), ("Cache-Control", cache), ("X-Content-Type-Options", "nosniff")] + [
+            ("Vary", "Accept-Encoding")] * (self.compressible or encoding is not None)
         self.headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))] + \
             self.not_modified + [("Content-Encoding", encoding or "")] * (encoding is not None)
+        self._gzip: Optional[Body] = None
 
-
-class Body:
-    """One response body, encoded once per snapshot, gzipped on first demand; its ETag a digest of the bytes.
-    One account's lists: a shared cache must not keep them, a client must revalidate (RFC 9111, 5.2.2);
-    signing keys are secrets, which no cache may store at all (``secret``: no-store)."""
-
-    __slots__ = ("compressible", "identity", "_gzip")
-
-    def __init__(self, data: bytes, secret: bool = False) -> None:
-        self.compressible = len(data) >= GZIP_MIN
-        cache = "no-store" if secret else "private, no-cache"
-        self.identity = Representation(data, '"%s"' % hashlib.blake2b(data, digest_size=16).hexdigest(),
-                                       self.compressible, cache)
-        self._gzip: Optional[Representation] = None
-
-    def gzipped(self) -> Representation:
-        """Return the gzip representation, compressing on first use."""
+    def gzipped(self) -> Body:
+        """Return the gzip twin of this body, compressing on first use."""
         if self._gzip is None:  # two threads may both compress it: the same bytes, and one is kept
-            data = gzip.compress(self.identity.data, compresslevel=6, mtime=0)
-            self._gzip = Representation(data, self.identity.etag[:-1] + '-gzip"', True,
-                                        self.identity.not_modified[1][1], "gzip")
+            self._gzip = Body(gzip.compress(self.data, compresslevel=6, mtime=0), self.not_modified[1][1],
+                              self.etag[:-1] + '-gzip"', "gzip")
         return self._gzip
 
 
 class Snapshot:
-    """One loaded data file and its response bodies, each encoded when first asked for and kept for the
-    snapshot's life: a reload (or a write) pays only for the accounts and items that are read."""
+    """One loaded data file and its bodies, each encoded when first asked for: a reload pays only for what is read."""
 
     def __init__(self, loaded: store.Store) -> None:
         self.store = loaded
         self.bodies: Dict[Tuple[bytes, str, Optional[str]], Optional[Body]] = {}
 
     def body(self, account: store.Account, path: str, name: Optional[str]) -> Optional[Body]:
-        """Return the body of the collection at ``path`` (None: an account without signing keys), or of its
-        item ``name``; raise NotFound for an item the account does not have."""
+        """Return the body of the collection at ``path`` or its item ``name`` (None: no signing keys); or NotFound."""
         key = (account.token_sha256, path, name)
-        try:
+        if key in self.bodies:
             return self.bodies[key]
-        except KeyError:
-            pass
         field, noun = FIELDS[path]
         found: Any = getattr(account, field) if name is None else account.item(field, name)
         if field == "signing_keys":  # the dev token's account gets the published dev keys, unless it has its own
             keys = found or (DEV_SIGNING_KEYS if account.token_sha256 == _DEV_DIGEST else None)
-            body = None if keys is None else Body(store.encode({"current": keys[0], "next": keys[1]}), secret=True)
+            body = None if keys is None else Body(store.encode({"current": keys[0], "next": keys[1]}), NO_STORE)
         elif found is None:
             raise _no_such(noun, name or "")
         else:
-            body = Body(store.encode(found))
+            body = Body(store.encode(found), PRIVATE)
         return self.bodies.setdefault(key, body)  # two threads may both encode it: the same bytes, one kept
 
 
 # ---- Requests: the route, the credential, a write's body -----------------------------------------
-
-
 def _route(path_info: str) -> Tuple[str, Optional[str]]:
     """Return the route of ``path_info`` (a trailing slash dropped) and the item's name in it; raise NotFound."""
     path = path_info[:-1] if path_info.endswith("/") else path_info
@@ -277,8 +250,7 @@ def _route(path_info: str) -> Tuple[str, Optional[str]]:
 
 
 def _credential(environ: WSGIEnvironment) -> bytes:
-    """Return the request's one token, or raise Unauthorized with the reason.  It may come in the
-    Authorization header and qstash_token query fields: each well formed, all the same."""
+    """Return the request's one token (Authorization, qstash_token fields: all the same), or raise Unauthorized."""
     query, header = environ.get("QUERY_STRING"), environ.get("HTTP_AUTHORIZATION")
     if not query and header is not None and header[:7] == "Bearer ":  # the usual form, the short way
         token = header[7:]
@@ -301,19 +273,14 @@ def _credential(environ: WSGIEnvironment) -> bytes:
 
 
 def _query_tokens(query: str) -> set[bytes]:
-    """Return the distinct decoded values of the query's qstash_token fields (b"" for an empty one): the query
-    is cut at each ``&qstash_token`` (the name as written), not read field by field, so a thousand fields cost
-    little; more than MAX_QUERY_TOKENS spellings are refused undecoded."""
+    """Return the distinct decoded values of the query's qstash_token fields (b"" for an empty one), cutting the
+    query at each ``&qstash_token``: a thousand other fields cost little.  Past MAX_QUERY_TOKENS: refused."""
     spellings = {rest.partition("&")[0] for rest in ("&" + query).split("&qstash_token")[1:]
                  if not rest or rest[0] in "=&"}  # the whole name, not qstash_tokens=
     if len(spellings) > MAX_QUERY_TOKENS:
         raise Unauthorized("malformed")
-    return {_unquote(value[1:]) for value in spellings}
-
-
-def _unquote(text: str) -> bytes:
-    """Decode a query field: "+" is a space, then percent-escapes (as HTML forms write them)."""
-    return unquote_to_bytes(_latin1(text).replace(b"+", b" "))
+    # Decoded as HTML forms write them: "+" is a space, then percent-escapes.
+    return {unquote_to_bytes(_latin1(value[1:]).replace(b"+", b" ")) for value in spellings}
 
 
 def _latin1(text: str) -> bytes:
@@ -335,11 +302,8 @@ def _accepts_gzip(header: str) -> bool:
 
 def _matches(header: str, etag: str) -> bool:
     """Tell whether If-None-Match names ``etag`` (weak comparison, RFC 9110, 13.1.2)."""
-    for tag in header.split(","):
-        tag = tag.strip()
-        if tag == "*" or (tag[2:] if tag.startswith("W/") else tag) == etag:
-            return True
-    return False
+    tags = [tag.strip() for tag in header.split(",")]
+    return "*" in tags or etag in tags or "W/" + etag in tags
 
 
 def _body(environ: WSGIEnvironment) -> Dict[str, Any]:
@@ -385,14 +349,14 @@ def _endpoints(body: Dict[str, Any], adding: bool) -> List[Dict[str, str]]:
 
 
 # ---- The WSGI app --------------------------------------------------------------------------------
-
-
 def respond(environ: WSGIEnvironment, source: store.DataFile[Snapshot]) -> Answer:
-    """Answer one request: route, method, name, auth, then the body (a read) or the change (a write)."""
+    """Answer one request: route and method, the health check, or name, auth, then the body or the change."""
     route, name = _route(environ.get("PATH_INFO", ""))
     method, allowed = environ.get("REQUEST_METHOD"), _ALLOWED[route, source.writable]
     if method not in allowed:
         raise MethodNotAllowed(allowed, method in ROUTES[route] or not allowed)
+    if route == HEALTH_PATH:
+        return health(source.status())
     collection = route.split("/{")[0] if name is not None else route
     if name is not None and not store.is_name(name):
         raise BadRequest("bad request: a %s's name has %s" % (FIELDS[collection][1], store.NAME_RULE))
@@ -408,15 +372,14 @@ def respond(environ: WSGIEnvironment, source: store.DataFile[Snapshot]) -> Answe
     if body is None:
         raise NotFound("not found: the data file gives this account no signing keys (its signingKeys)",
                        why="no signing keys")
-    chosen = body.identity
     accept_encoding = environ.get("HTTP_ACCEPT_ENCODING")
     if body.compressible and accept_encoding and _accepts_gzip(accept_encoding):
-        chosen = body.gzipped()
+        body = body.gzipped()
     # Fresh lists each time: some servers (wsgiref) add their own headers to ours.
     if_none_match = environ.get("HTTP_IF_NONE_MATCH")
-    if if_none_match and _matches(if_none_match, chosen.etag):
-        return "304 Not Modified", list(chosen.not_modified), b"", None
-    return "200 OK", list(chosen.headers), chosen.data, None
+    if if_none_match and _matches(if_none_match, body.etag):
+        return "304 Not Modified", list(body.not_modified), b"", None
+    return "200 OK", list(body.headers), body.data, None
 
 
 #: The methods each route answers, read-only or writable: with HEAD where it has GET (RFC 9110, 9.3.2).
@@ -448,8 +411,12 @@ def write(environ: WSGIEnvironment, source: store.DataFile[Snapshot], account: s
         raise Unauthorized("account gone") from None
     except store.DataError as exc:
         logger.error("%s; nothing was written", exc.faults[0] if exc.faults else exc)
-        if isinstance(exc, (store.Conflict, store.TooLarge)):
-            raise HTTPError(*WRITE_REFUSED[type(exc)]) from None
+        if isinstance(exc, store.Conflict):  # edited by hand: never overwritten
+            raise HTTPError("conflict: the data file on the server was edited and does not load; nothing was written; "
+                            "the server log names the fault", why="file invalid", status=HTTPStatus.CONFLICT) from None
+        if isinstance(exc, store.TooLarge):
+            raise HTTPError("insufficient storage: the data file would be over the server's --max-size; nothing was "
+                            "written", why="too large", status=HTTPStatus.INSUFFICIENT_STORAGE) from None
         raise Unavailable("service unavailable: the data file cannot be written now; nothing was written; the "
                           "server log says why", why="not written") from None
     if did == "no such " + noun:
@@ -459,20 +426,9 @@ def write(environ: WSGIEnvironment, source: store.DataFile[Snapshot], account: s
     return _json_answer(HTTPStatus.OK, fresh and name and fresh.item(field, name) or {}, why=did)
 
 
-#: What a write answers when the file on disk does not load (edited by hand), or would be too large.
-WRITE_REFUSED = {
-    store.Conflict: ("conflict: the data file on the server was edited and does not load; nothing was written; the "
-                     "server log names the fault", (), "file invalid", HTTPStatus.CONFLICT),
-    store.TooLarge: ("insufficient storage: the data file would be over the server's --max-size; nothing was written",
-                     (), "too large", HTTPStatus.INSUFFICIENT_STORAGE)}
-
-
-def health(environ: WSGIEnvironment, status: store.Status) -> Answer:
-    """Answer the health check: 200 while a good version of the data file is in service, else 503.  The body
-    says which (the file's SHA-256: the same on every replica of the file), since when, and whether the file
-    on disk is another version not served (``stale``), since when: never a fault or anything from the file."""
-    if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
-        raise MethodNotAllowed(("GET", "HEAD"), False)
+def health(status: store.Status) -> Answer:
+    """Answer the health check: 200 while a good version of the data file is served, else 503; which (its SHA-256,
+    the same on every replica), since when, and whether the file on disk differs (``stale``), since when."""
     ready = status.version is not None
     document = {"status": "ok" if ready else "unavailable", "version": status.version,
                 "loadedAt": None if status.loaded_at is None else _utc(status.loaded_at),
@@ -484,18 +440,14 @@ def health(environ: WSGIEnvironment, status: store.Status) -> Answer:
 
 
 def create_app(source: store.DataFile[Snapshot], access_log: bool | AccessLog = True) -> WSGIApplication:
-    """Return the WSGI callable that serves the snapshots of ``source`` (and writes it, if it is writable).
-    ``access_log``: True logs each request to the ``qstash_lists.access`` logger at INFO, an AccessLog writes
-    it in batches (the command line's), False not at all."""
+    """Return the WSGI callable that serves (and, if writable, writes) ``source``.  ``access_log``: True logs each
+    request to the ``qstash_lists.access`` logger at INFO, an AccessLog in batches, False not at all."""
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         started = time.perf_counter() if access_log else 0.0
         exc_info = None
         try:
-            if environ.get("PATH_INFO", "").startswith(HEALTH_PATH) and environ["PATH_INFO"] in _HEALTH_PATHS:
-                status, headers, data, why = health(environ, source.status())
-            else:
-                status, headers, data, why = respond(environ, source)
+            status, headers, data, why = respond(environ, source)
         except HTTPError as err:
             status, headers, data, why = err.render()
         except Exception:
@@ -519,20 +471,16 @@ def create_app(source: store.DataFile[Snapshot], access_log: bool | AccessLog = 
         if file_wrapper is None or not str(getattr(file_wrapper, "__module__", "")).startswith(BY_REFERENCE):
             return [data]
         # By reference: what waits for a slow reader is the snapshot's bytes (BytesIO shares them), not a copy.
-        wrapped: Iterable[bytes] = file_wrapper(io.BytesIO(data))
-        return wrapped
+        return file_wrapper(io.BytesIO(data))  # type: ignore[no-any-return]
 
     return app
 
 
 # ---- The access log ------------------------------------------------------------------------------
-
-
 class AccessLog(logging.Handler):
-    """The command line's log: a request only notes what it did, and a thread of its own writes the lines
-    to ``stream`` in batches (a logging call a request costs far more: tests/benchmark.py); as the logging
-    handler, it writes every other record too.  A stream that does not keep up holds back no request, no
-    log call and no stop: past ACCESS_LOG_BACKLOG, lines are dropped and counted."""
+    """The command line's log handler: a request or record only notes its line, and a thread writes them to
+    ``stream`` in batches (far cheaper than a logging call a request).  A stream that does not keep up holds
+    back no request, log call or stop: past ACCESS_LOG_BACKLOG, lines are dropped and counted."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
@@ -548,8 +496,7 @@ class AccessLog(logging.Handler):
         self.note(self.format(record) + "\n")
 
     def note(self, *entry: Any) -> None:
-        """Note one request: its time, environ, status, body size, milliseconds and why (a deque is thread-safe);
-        or a line of its own."""
+        """Note a request (time, environ, status, body size, milliseconds, why) or a line (a deque is thread-safe)."""
         if len(self._entries) < ACCESS_LOG_BACKLOG:
             self._entries.append(entry)
         else:
@@ -593,8 +540,7 @@ class AccessLog(logging.Handler):
 
 
 def _request_line(environ: WSGIEnvironment) -> str:
-    """Return 'METHOD /path?query' for the log: printable, short, no query value (any may be a token), and a
-    field whose name is no plain name (a token pasted as the query) redacted whole."""
+    """Return 'METHOD /path?query' for the log: printable, short, no query value (any may be a token)."""
     path = _printable((environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", ""))[:1000])
     line = "%s %s" % (_printable(environ.get("REQUEST_METHOD", "")), path)
     query = environ.get("QUERY_STRING", "")
@@ -617,8 +563,6 @@ def _printable(text: str) -> str:
 
 
 # ---- Settings and make_app -----------------------------------------------------------------------
-
-
 class Setting(NamedTuple):
     """A setting's option and environment variable (either may be None), default, parser and help."""
 
@@ -673,8 +617,7 @@ def _switch(text: str) -> bool:
     return text.lower() in ("1", "true", "yes", "on")
 
 
-#: Every setting, read in one place (read_settings) by main, make_app and --help, as waitress's Adjustments
-#: are: the command line wins over the environment, which wins over the default.
+#: Every setting, read in one place (read_settings): the command line wins over the environment, then the default.
 SETTINGS: Dict[str, Setting] = {
     "data": Setting("--data", "QSTASH_LISTS_DATA", "data.json", str, "the data file"),
     "token": Setting(None, "QSTASH_TOKEN", None, _token, "the token of a one-account data file (without it, on "
@@ -702,8 +645,8 @@ class ConfigError(Exception):
 
 
 def read_settings(environ: Mapping[str, str], args: Optional[argparse.Namespace] = None) -> Dict[str, Any]:
-    """Return every setting, parsed (``args``: what the command line gave, None where nothing).  Raise
-    ConfigError naming the first bad one; its value is never repeated: it may be a secret."""
+    """Return every setting, parsed (``args``: the command line's), or ConfigError naming the first bad one, never
+    its value (it may be a secret)."""
     settings = {}
     for key, setting in SETTINGS.items():
         text, source = getattr(args, key, None), setting.option
@@ -722,21 +665,15 @@ def read_settings(environ: Mapping[str, str], args: Optional[argparse.Namespace]
 def open_data(path: str, token: Optional[str], interval: float = 1.0, *, fallback: Optional[str] = None,
               max_size: int = store.DEFAULT_MAX_SIZE, required: bool = True,
               writable: bool = False) -> store.DataFile[Snapshot]:
-    """Load the data file at ``path`` and keep it fresh (see :class:`store.DataFile`).  ``token`` is a one-account
-    file's (``fallback`` if None; see :func:`store.parse`).  Raise DataError if the file is bad, unless not
-    ``required``: then the app answers 503 until it is good."""
+    """Load the data file at ``path`` and keep it fresh (see :class:`store.DataFile` and :func:`store.parse`)."""
     return store.DataFile(path, lambda raw: Snapshot(store.parse(raw, path, token, fallback)), interval,
                           max_size=max_size, required=required, writable=writable)
 
 
 def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
-    """Build the app from the environment (the variables of SETTINGS): the factory for servers.
-
-    It cannot know its address, so it never falls back to the dev token.  What only the environment can fix
-    (a bad setting, a one-account file without QSTASH_TOKEN) stops the server: one line on stderr and
-    SystemExit(3), which gunicorn takes for a worker that failed to boot.  A bad or missing data file does
-    not: the app answers 503 until it is good.  Where nobody handles SIGHUP, it makes the reloader look now.
-    """
+    """Build the app from the environment (SETTINGS' variables): the factory for servers.  Never the dev token (it
+    cannot know its address).  A bad setting or a one-account file without QSTASH_TOKEN: one line on stderr and
+    SystemExit(3) (gunicorn: a worker that failed to boot); a bad data file: 503 until it is good."""
     uwsgi = sys.modules.get("uwsgi")
     previous: Any = getattr(uwsgi, "post_fork_hook", None)
     if uwsgi is not None:  # uWSGI forks its workers from C, where no os.register_at_fork hook runs: its own hook
@@ -769,18 +706,15 @@ def _open(settings: Mapping[str, Any], fallback: Optional[str], required: bool) 
 
 
 # ---- The command line and serving ----------------------------------------------------------------
-
-
 def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, str]] = None) -> int:
     """Run the command line: serve under waitress, ``--check`` a data file, ``--record`` one, or print ``--example``."""
-    env = os.environ if environ is None else environ
     parser = _parser()
     args = parser.parse_args(argv)
     if args.example:
         print(json.dumps(store.EXAMPLE, indent=2))
         return 0
     try:
-        settings = read_settings(env, args)
+        settings = read_settings(os.environ if environ is None else environ, args)
     except ConfigError as exc:
         return _fail([str(exc)])
     settings["writable"] = settings["writable"] or args.write
@@ -798,10 +732,11 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
                 print(line, file=sys.stderr)
             return 0
         log = AccessLog(sys.stderr)  # every line of the process goes through it: none waits for stderr
-        log.setFormatter(_UTCFormatter("%(asctime)s %(message)s"))
+        formatter = logging.Formatter("%(asctime)s.%(msecs)03dZ %(message)s", "%Y-%m-%dT%H:%M:%S")
+        formatter.converter = time.gmtime  # in UTC, as the access log's lines
+        log.setFormatter(formatter)
         logging.basicConfig(level=logging.INFO, handlers=[log])
-        # waitress warns "Task queue depth is N" for each request that waits for a thread, from the thread
-        # that serves every connection: a burst is thousands of lines, and a slow stderr stalls everyone.
+        # waitress's "Task queue depth" warning, for each request that waits for a thread: a burst floods the log.
         logging.getLogger("waitress.queue").setLevel(logging.ERROR)
         data = _open(settings, fallback, required=True)
     except store.TokenMissing as exc:
@@ -836,8 +771,7 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile[Snapshot], access: 
     urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in listening]  # "localhost": 2
     snapshot = data.current()
     assert snapshot is not None  # open_data raised otherwise
-    print("\n".join(_banner(settings, snapshot.store, urls, listening[0][1], data.writable)))
-    sys.stdout.flush()
+    print("\n".join(_banner(settings, snapshot.store, urls, listening[0][1], data.writable)), flush=True)
     _run(server, socket_map, settings["stop_timeout"])
     return 0
 
@@ -864,9 +798,8 @@ def _banner(settings: Mapping[str, Any], loaded: store.Store, urls: List[str], p
 
 
 def _run(server: Any, socket_map: Dict[int, Any], stop_timeout: float) -> None:
-    """Serve until SIGTERM or SIGINT, then stop gracefully: refuse new connections, close idle ones, and let the
-    answers in flight finish, for at most ``stop_timeout`` seconds (reading waitress's channels, where it has
-    them; else it stops as waitress.serve does, at once)."""
+    """Serve until SIGTERM or SIGINT, then refuse new connections, close idle ones and let the answers in flight
+    finish, for at most ``stop_timeout`` seconds (where waitress has channels; else at once, as waitress.serve)."""
     try:
         from waitress import wasyncore
         from waitress.channel import HTTPChannel
@@ -898,8 +831,8 @@ def _run(server: Any, socket_map: Dict[int, Any], stop_timeout: float) -> None:
 
 
 def _handle_signals() -> None:
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _stop)
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, _wake_all)
 
@@ -918,13 +851,6 @@ def is_loopback(host: str) -> bool:
         return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-class _UTCFormatter(logging.Formatter):
-    """Log lines that start with an ISO 8601 UTC timestamp: 2026-11-23T18:41:39.123Z."""
-
-    def formatTime(self, record: logging.LogRecord, datefmt: Optional[str] = None) -> str:  # noqa: N802
-        return _utc(record.created)
 
 
 def _utc(created: float) -> str:
@@ -975,12 +901,9 @@ def _fail(lines: Sequence[str]) -> int:
 
 
 # ---- --record: a copy of a real account ----------------------------------------------------------
-
-
 def _record(settings: Mapping[str, Any], signing_keys: bool) -> int:
-    """--record: fetch the account of QSTASH_TOKEN from --upstream and write it to the data file (store.record),
-    or leave the file as it was.  Fields a data file does not hold are left out and named (never their values).
-    One deadline bounds the fetching (--record-timeout), whatever the API does.  Never prints the token."""
+    """Write the account of QSTASH_TOKEN at --upstream to the data file, or leave it as it was; fields a data file
+    does not hold are named (not their values); one deadline bounds the fetching; the token is never printed."""
     token, base, path, timeout = settings["token"], settings["upstream"], settings["data"], settings["record_timeout"]
     if token is None:
         return _fail(["QSTASH_TOKEN is not set: --record reads the account whose token it is"])
@@ -1000,8 +923,7 @@ def _record(settings: Mapping[str, Any], signing_keys: bool) -> int:
         except ConfigError as exc:
             outcome.append(exc)
 
-    # A thread of its own, which the process leaves behind if time runs out: a socket timeout
-    # bounds each read, not a whole answer, and nothing bounds a name lookup.
+    # A thread the process leaves behind if time runs out: a socket timeout bounds a read, not an answer or a lookup.
     worker = threading.Thread(target=download, name="qstash-lists --record", daemon=True)
     worker.start()
     worker.join(timeout)
@@ -1022,8 +944,7 @@ def _record(settings: Mapping[str, Any], signing_keys: bool) -> int:
 
 
 def _fetch(base: str, route: str, token: str, max_size: int, timeout: float, asking: List[str]) -> Any:
-    """GET ``route`` of the QStash API at ``base`` (noted in ``asking``): a JSON array of objects (/v2/keys: an
-    object), or ConfigError saying what happened and what to do."""
+    """GET ``route`` at ``base`` (noted in ``asking``): a JSON array of objects (/v2/keys: one), or ConfigError."""
     asking[:] = [route]
     request = urllib.request.Request(base + route, headers={"Authorization": "Bearer " + token})
     where, fix = "GET %s%s" % (base, route), "is --upstream (QSTASH_LISTS_UPSTREAM) the QStash API?"
@@ -1032,12 +953,7 @@ def _fetch(base: str, route: str, token: str, max_size: int, timeout: float, ask
         with urllib.request.build_opener(_NoRedirects).open(request, timeout=timeout) as response:
             if response.headers.get("Server") == WAITRESS_SETTINGS["ident"]:
                 raise ConfigError("%s: %s, such as https://qstash.upstash.io" % (where, ours))
-            chunks, total = [], 0
-            while total <= max_size:  # never the whole limit at once: it may be gigabytes
-                chunks.append(response.read(min(max_size + 1 - total, 1 << 20)))
-                total += len(chunks[-1])
-                if not chunks[-1]:
-                    break
+            raw = store.read_at_most(response.read, max_size)
     except urllib.error.HTTPError as exc:
         fix = ours if exc.headers.get("Server") == WAITRESS_SETTINGS["ident"] else "check QSTASH_TOKEN" if exc.code in (
             401, 403) else "try again later" if exc.code >= 500 else "not followed; %s (%s)" % (fix, exc.headers.get(
@@ -1048,10 +964,10 @@ def _fetch(base: str, route: str, token: str, max_size: int, timeout: float, ask
                           % (where, getattr(exc, "reason", exc))) from None
     except http.client.HTTPException as exc:  # an answer cut short or malformed
         raise ConfigError("%s: a broken answer (%s); try again later" % (where, type(exc).__name__)) from None
-    if total > max_size:
+    if raw is None:
         raise ConfigError("%s: the answer is over %s (--max-size)" % (where, store.megabytes(max_size)))
     try:
-        answer = json.loads(b"".join(chunks))
+        answer = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         what = "nested too deeply" if isinstance(exc, RecursionError) else "not JSON"
         raise ConfigError("%s: the answer is %s; %s" % (where, what, fix)) from None

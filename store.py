@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 __all__ = ["Account", "Change", "Conflict", "DataError", "DataFile", "Endpoint", "FileChanging", "Queue", "Status",
            "Store", "TokenMissing", "TooLarge", "UrlGroup", "add_endpoints", "after_fork", "check_token", "delete_item",
            "encode", "from_api", "is_http_url", "is_name", "is_text", "is_whole", "load", "megabytes", "parse",
-           "pause_queue", "read", "record", "remove_endpoints", "upsert_queue", "wake_all"]
+           "pause_queue", "read", "read_at_most", "record", "remove_endpoints", "upsert_queue", "wake_all"]
 
 logger = logging.getLogger("qstash_lists")
 
@@ -63,8 +63,7 @@ _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFD
           stat.S_IFSOCK: "a socket", stat.S_IFBLK: "a block device"}
 
 T = TypeVar("T")
-#: What tells one version of a file from another: inode, device, size, mtime and ctime (a writer can set
-#: the mtime back, as cp -p and tar do, never the ctime).
+#: What tells versions of a file apart: inode, device, size, mtime and ctime (cp -p and tar set an mtime back, not it).
 Signature = tuple[int, int, int, int, int]
 
 
@@ -94,11 +93,8 @@ class TooLarge(DataError):
 
 
 # ---- The data: dataclasses, one loaded file ------------------------------------------------------
-# Endpoint, UrlGroup and Queue are not frozen (a frozen dataclass sets each field through
-# object.__setattr__, which at 100,000 queues costs about as much as parsing the file), but
-# nothing changes them once loaded.
-
-
+# Endpoint, UrlGroup and Queue are not frozen (a frozen dataclass's object.__setattr__ costs about as much as
+# parsing the file at 100,000 queues), but nothing changes them once loaded.
 @dataclass
 class Endpoint:
     """One endpoint of a URL group."""
@@ -185,8 +181,7 @@ class Store:
         object.__setattr__(self, "by_digest", {account.token_sha256: account for account in self.accounts})
 
     def find(self, token: bytes) -> Optional[Account]:
-        """Return the account whose token is ``token``, or None: one lookup by its SHA-256 digest, so that
-        a probe's timing tells at most how a digest of its choosing compares: no token, nor its length."""
+        """Return the account whose token is ``token``, or None, by its SHA-256: timing tells a probe no token."""
         return self.by_digest.get(hashlib.sha256(token).digest())
 
     def warnings(self, source: str) -> list[str]:
@@ -212,23 +207,15 @@ class Store:
 
 def check_token(token: str) -> Optional[str]:
     """Return why ``token`` cannot be used as a bearer token, or None if it can."""
-    if not token:
-        return "expected a non-empty token"
-    if not _TOKEN.fullmatch(token):
-        return "expected a token of visible ASCII characters, with no spaces"
-    return None
+    return None if _TOKEN.fullmatch(token) else "expected a non-empty token of visible ASCII characters, no spaces"
 
 
 def megabytes(size: int) -> str:
     """Return a size for a message: in MB (of 2**20 bytes, as ``--max-size 64M``), or in bytes below 0.1 MB."""
-    if size < 0x19999:
-        return "%d bytes" % size
-    return ("%.1f" % (size / 0x100000)).removesuffix(".0") + " MB"
+    return "%d bytes" % size if size < 0x19999 else ("%.1f" % (size / 0x100000)).removesuffix(".0") + " MB"
 
 
 # ---- The rules, each written once; the checker judges every value by them ------------------------
-
-
 def is_whole(value: Any) -> bool:
     """A JSON integer (not true, not 1.0) from 0 to 2**53 - 1: what a JavaScript client reads exactly."""
     return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER
@@ -257,8 +244,6 @@ def is_http_url(value: Any) -> bool:
 
 
 # ---- Loading: parse and check ---------------------------------------------------------------------
-
-
 def load(path: str, token: Optional[str], fallback: Optional[str] = None,
          max_size: int = DEFAULT_MAX_SIZE) -> Store:
     """Read (see :func:`read`) and validate the data file at ``path`` (see :func:`parse`); raise DataError."""
@@ -266,8 +251,8 @@ def load(path: str, token: Optional[str], fallback: Optional[str] = None,
 
 
 def parse(raw: bytes, source: str, token: Optional[str], fallback: Optional[str] = None) -> Store:
-    """Validate the JSON document ``raw`` (``source`` names it in messages).  A one-account file gets
-    ``token``, or ``fallback`` if that is None (then ``fallback_used``), or raises TokenMissing if both are."""
+    """Validate the JSON document ``raw`` (``source`` names it).  A one-account file gets ``token``, else
+    ``fallback`` (then ``fallback_used``), else TokenMissing."""
     checker = _Checker()
     accounts = checker.document(_json(raw, source), fallback if token is None else token)
     if checker.faults:
@@ -318,9 +303,8 @@ def _json(raw: bytes, source: str) -> Any:
 
 
 class _Checker:
-    """Turns the parsed document into dataclasses, judging each value once by the rules above and noting
-    every fault.  A place (``accounts[1].queues[3].lag``) is spelled out only for a fault: an element's
-    method takes its array's place and its index."""
+    """Turns the parsed document into dataclasses, judging each value once by the rules above and noting every
+    fault; a place (``accounts[1].queues[3].lag``) is spelled out only for a fault."""
 
     def __init__(self) -> None:
         self.faults: list[str] = []
@@ -382,21 +366,14 @@ class _Checker:
         value = item.get(key, _MISSING)
         if is_whole(value):
             return cast(int, value)
-        if value is _MISSING:
-            pass
-        elif type(value) is not int or value < 0:
-            self.fault(array, i, key, "expected a non-negative integer, got %s" % _show(value))
-        else:
-            self.fault(array, i, key, "expected an integer no larger than %d (2**53 - 1), got %s"
-                       % (MAX_SAFE_INTEGER, _show(value)))
+        if value is not _MISSING:
+            self.fault(array, i, key, "expected an integer from 0 to 2**53 - 1, got %s" % _show(value))
         return None
 
-    def times(self, item: dict[str, Any], array: str, i: int) -> tuple[Optional[int], Optional[int]]:
+    def times(self, item: dict[str, Any], array: str, i: int) -> None:
         created, updated = self.whole(item, array, i, "createdAt"), self.whole(item, array, i, "updatedAt")
         if created is not None and updated is not None and created > updated:
             self.fault(array, i, "updatedAt", "expected a time not before createdAt (%d), got %d" % (created, updated))
-            return None, None
-        return created, updated
 
     def name(self, item: dict[str, Any], array: str, i: int, seen: dict[str, int], rule: Callable[[Any], bool]) -> Any:
         """Return the item's name if it keeps ``rule`` (is_name or is_text) and is new in the array, else None."""
@@ -422,10 +399,8 @@ class _Checker:
         digest = self.token(item, array, i)
         if digest is None:
             return None
-        if digest in digests:
+        if digests.setdefault(digest, i) != i:
             self.fault(array, i, None, "same token as %s[%d]" % (array, digests[digest]))
-        else:
-            digests[digest] = i
         return self.collections(item, "%s[%d]." % (array, i), digest)
 
     def token(self, item: dict[str, Any], array: str, i: int) -> Optional[bytes]:
@@ -483,9 +458,7 @@ class _Checker:
         url = item.get("url", _MISSING)
         if not is_http_url(url) and url is not _MISSING:
             self.fault(array, i, "url", "expected an absolute http or https URL, got %s" % _show(url))
-        if "name" not in item:
-            return Endpoint(url)
-        return Endpoint(url, self.name(item, array, i, seen, is_text))
+        return Endpoint(url, self.name(item, array, i, seen, is_text))  # None: no name (or a fault, said)
 
     def queue(self, value: Any, array: str, i: int, seen: dict[str, int]) -> Optional[Queue]:
         item = self.fields(value, array, i, "queues")
@@ -511,10 +484,8 @@ _MISSING: Any = object()  # a key the object does not have (its fault is said on
 
 def _show(value: Any) -> str:
     """Name a JSON value in a fault message, briefly."""
-    if isinstance(value, dict):
-        return "an object"
-    if isinstance(value, list):
-        return "an array"
+    if isinstance(value, (dict, list)):
+        return "an object" if isinstance(value, dict) else "an array"
     text = json.dumps(value, ensure_ascii=False)
     if not text.isprintable():  # a line break or a lone surrogate: escape all but ASCII
         text = json.dumps(value)
@@ -522,15 +493,9 @@ def _show(value: Any) -> str:
 
 
 # ---- Reading: never blocks, never half a version --------------------------------------------------
-
-
 def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> tuple[bytes, Signature]:
-    """Return the bytes of the data file at ``path`` and the signature of the version read.
-
-    Never blocks: opened with O_NONBLOCK, it must be a regular file of at most ``max_size`` bytes, as
-    ``fstat`` says.  A version that changes while it is read is read again (FileChanging if it keeps
-    changing).  A refusal is a DataError of one line, with the signature judged (None if not opened).
-    """
+    """Return the bytes of the data file at ``path`` (never blocking: a regular file of at most ``max_size``
+    bytes) and the signature of the version read, read again while it changes; or a DataError of one line."""
     for _ in range(READ_ATTEMPTS):
         fd = _open(path)
         try:
@@ -569,21 +534,22 @@ def _read_open(fd: int, path: str, max_size: int) -> tuple[bytes, Signature]:
     if before.st_size > max_size:
         raise DataError(["%s: cannot read: %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE)"
                          % (path, megabytes(before.st_size), megabytes(max_size))], judged)
-    raw = _read_at_most(fd, max_size)
+    raw = read_at_most(lambda n: os.read(fd, n), max_size)
     if raw is None:
         raise DataError(["%s: cannot read: grew past the limit of %s while being read "
                          "(--max-size, QSTASH_LISTS_MAX_SIZE)" % (path, megabytes(max_size))], judged)
     return raw, judged
 
 
-def _read_at_most(fd: int, limit: int) -> Optional[bytes]:
-    """Read ``fd`` to its end (which may be past what fstat said); None if that is more than ``limit`` bytes."""
+def read_at_most(read: Callable[[int], bytes], limit: int) -> Optional[bytes]:
+    """Read to the end by ``read(n)`` (a file may end past what fstat said), in chunks (the limit may be gigabytes);
+    None if that is more than ``limit`` bytes."""
     chunks: list[bytes] = []
     total = 0
     while True:
-        chunk = os.read(fd, min(limit - total + 1, _READ_CHUNK))
+        chunk = read(min(limit - total + 1, _READ_CHUNK))
         if not chunk:
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            return b"".join(chunks)  # one chunk: itself, not a copy
         total += len(chunk)
         if total > limit:
             return None
@@ -602,18 +568,14 @@ def _signature(st: os.stat_result) -> Signature:
 
 
 # ---- Writing: the one writer, for writes and --record alike ---------------------------------------
-
-
 @contextlib.contextmanager
 def _locked(path: str, max_size: int) -> Iterator[tuple[str, bytes, os.stat_result]]:
-    """Hold the lock every writer on this machine takes, and yield the file's target, bytes and stat: an
-    exclusive ``flock`` on the file itself (a symlink's target), taken again on a version replaced meanwhile,
-    so what is read under it is the latest version.  Waits at most LOCK_TIMEOUT."""
+    """Hold every writer's lock (an exclusive ``flock`` on the symlink's target, taken again on a version replaced
+    meanwhile) for at most LOCK_TIMEOUT, and yield the target and its latest bytes and stat."""
     import fcntl  # POSIX only: writes need it, reads do not
 
     target = os.path.realpath(path)
-    deadline = time.monotonic() + LOCK_TIMEOUT
-    pause = 0.001
+    deadline, pause = time.monotonic() + LOCK_TIMEOUT, 0.001
     while True:
         fd = _open(target)
         try:
@@ -639,9 +601,8 @@ def _locked(path: str, max_size: int) -> Iterator[tuple[str, bytes, os.stat_resu
 
 
 def _replace(target: str, raw: bytes, old: Optional[os.stat_result], source: str) -> Signature:
-    """Write ``raw`` to a temporary file beside ``target``, fsync'd, with the old file's mode and owner, and
-    rename it over ``target``: a reader sees the old version or the new, never half.  Return the signature
-    of the version written.  The temporary file goes on every way out, SystemExit included."""
+    """Write ``raw`` beside ``target`` (fsync'd, with the old mode and owner), rename it over ``target`` and return
+    its signature: readers see the old version or the new.  The temporary file goes on every way out."""
     directory, name = os.path.split(target)
     temporary = os.path.join(directory, ".%s.qstash-lists-tmp" % name)  # one name: a leftover is reused
     fd = -1
@@ -678,9 +639,8 @@ def _replace(target: str, raw: bytes, old: Optional[os.stat_result], source: str
 
 
 def _dump(document: Any, source: str, max_size: int) -> bytes:
-    """The bytes of a data file that holds ``document``, if they fit in ``max_size``: indented, with each
-    object of plain values (a queue, an endpoint) on a line of its own, written by the json module's C
-    encoder (its indenting one is pure Python: three times as slow at 10,000 queues)."""
+    """The bytes of ``document`` as a data file of at most ``max_size``: a queue or endpoint a line, by the json
+    module's C encoder (its indenting one is pure Python: three times as slow at 10,000 queues)."""
     def pretty(value: Any, depth: int) -> str:
         if not isinstance(value, (dict, list)) or not any(isinstance(v, (dict, list)) for v in (
                 value.values() if isinstance(value, dict) else value)):
@@ -698,15 +658,14 @@ def _dump(document: Any, source: str, max_size: int) -> bytes:
 
 
 def record(path: str, document: dict[str, Any], token: str, max_size: int = DEFAULT_MAX_SIZE) -> Store:
-    """Check ``document`` as a one-account data file for ``token``, then write it to ``path`` (see _replace),
-    under the writers' lock.  Raise DataError and leave the file as it was."""
+    """Check ``document`` as a one-account file for ``token`` and write it to ``path``; or DataError, file unchanged."""
     raw = _dump(document, path, max_size)
     loaded = parse(raw, path, token)
     if not os.path.lexists(path):
         _replace(os.path.realpath(path), raw, None, path)
-        return loaded
-    with _locked(path, max_size) as (target, _, old):
-        _replace(target, raw, old, path)
+    else:
+        with _locked(path, max_size) as (target, _, old):
+            _replace(target, raw, old, path)
     return loaded
 
 
@@ -725,8 +684,6 @@ def from_api(item: dict[str, Any], kind: str, dropped: set[str]) -> dict[str, An
 # ---- The changes a write makes to one account's object in the document ---------------------------
 # Each returns what it did, for the access log ("no such queue" when there is nothing to change),
 # and whether the file changes.  Times are Unix milliseconds; updatedAt never before createdAt.
-
-
 Change = tuple[str, bool]
 
 
@@ -774,20 +731,16 @@ def add_endpoints(account: dict[str, Any], now: int, name: str, endpoints: list[
         group = {"createdAt": now, "updatedAt": now, "name": name, "endpoints": []}
         account["urlGroups"].append(group)
     have = group["endpoints"]
-    for endpoint in endpoints:
-        same = [i for i, e in enumerate(have) if e.get("name") == endpoint.get("name")
-                and ("name" in endpoint or e["url"] == endpoint["url"])]
-        if same:
-            have[same[0]] = endpoint
-        else:
-            have.append(endpoint)
+    for endpoint in endpoints:  # in place of the same one, or else at the end
+        i = next((i for i, e in enumerate(have) if e.get("name") == endpoint.get("name")
+                  and ("name" in endpoint or e["url"] == endpoint["url"])), len(have))
+        have[i:i + 1] = [endpoint]
     group["updatedAt"] = max(now, group["createdAt"])
     return "endpoints added", True
 
 
 def remove_endpoints(account: dict[str, Any], now: int, name: str, endpoints: list[dict[str, str]]) -> Change:
-    """Remove from the URL group ``name`` each endpoint that has every field given (url, name or both);
-    a group left with none is deleted, as QStash does."""
+    """Remove each endpoint that has every field given from the URL group ``name``, deleting it if left empty."""
     group = _find(account.get("urlGroups", []), name)
     if group is None:
         return "no such URL group", False
@@ -805,17 +758,11 @@ def _account_of(document: dict[str, Any], digest: bytes) -> Optional[dict[str, A
     """The object in ``document`` of the account whose token's digest is ``digest`` (the one-account form: it)."""
     if "accounts" not in document:
         return document
-    for account in document["accounts"]:
-        token = account.get("token")
-        if (hashlib.sha256(token.encode()).digest() if token is not None
-                else bytes.fromhex(account["tokenSha256"])) == digest:
-            return cast(dict[str, Any], account)
-    return None
+    checker = _Checker()  # of a file that loads: each account has a good token or digest
+    return next((a for i, a in enumerate(document["accounts"]) if checker.token(a, "accounts", i) == digest), None)
 
 
 # ---- Watching: the snapshot in service ------------------------------------------------------------
-
-
 class Status(NamedTuple):
     """What a DataFile serves, for a health check: nothing from the file but its digest."""
 
@@ -827,16 +774,12 @@ class Status(NamedTuple):
 class DataFile(Generic[T]):
     """The last good snapshot of a data file that may change while it is served, and its one writer.
 
-    A reloader thread looks at the file's signature every ``interval`` seconds (or when woken:
-    SIGHUP), builds a changed version with ``build(raw)`` aside and puts it in service whole:
-    requests only read :meth:`current`.  A version that cannot be read or built is logged when the
-    fault starts and when it ends, and the last good snapshot stays.  Each process has its own
-    reloader: a fork (Python's hook, or :func:`after_fork` from a server's) only marks it, and the
-    child's first call looks at the file and starts one (no thread starts inside a fork hook, where a
-    server may be stopping the child).  The constructor's first load raises DataError if
-    ``required``; else :meth:`current` is None until a good version appears.  ``writable``:
-    :meth:`update` writes the file, and :meth:`current` first looks whether another process has, so
-    that every next read sees a write.
+    A reloader thread looks at the file's signature every ``interval`` seconds (or when woken), builds a
+    changed version with ``build(raw)`` aside and puts it in service whole; a fault is logged when it starts
+    and ends, and the last good snapshot stays.  Each process has its own reloader, started by a child's
+    first call (see after_fork).  The first load raises DataError if ``required``; else :meth:`current` is
+    None until a good version appears.  ``writable``: :meth:`update` writes the file, and :meth:`current`
+    first looks whether another process has, so that every next read sees a write.
     """
 
     def __init__(self, path: str, build: Callable[[bytes], T], interval: float = 1.0, *,
@@ -899,9 +842,8 @@ class DataFile(Generic[T]):
             return False
 
     def update(self, digest: bytes, change: Callable[[dict[str, Any], int], Change]) -> Change:
-        """Apply ``change`` to the account of the token whose digest is ``digest`` in the latest version, write
-        it whole and serve it.  Raise Conflict (a file that does not load, kept as it is), TooLarge, LookupError
-        (no such account any more) or DataError."""
+        """Apply ``change`` to the account ``digest`` in the latest version, write it whole and serve it; raise
+        Conflict (the file does not load: kept), TooLarge, LookupError (no such account) or DataError."""
         with self._writing, _locked(self.path, self.max_size) as (target, raw, old):
             if _signature(old) != self._state[0] or self._state[2].failed_at is not None:  # never overwrite a bad one
                 try:
@@ -961,8 +903,8 @@ class DataFile(Generic[T]):
     def _start(self) -> None:
         """Start this process's reloader, holding only a weak reference: a DataFile nobody uses stops it."""
         self._wake = threading.Event()
-        self._thread = threading.Thread(target=_reloader, args=(weakref.ref(self), self.interval), daemon=True,
-                                        name="qstash-lists reloader: %s" % self.path)
+        self._thread = threading.Thread(target=_reloader, args=(weakref.ref(self), self._wake, self.interval),
+                                        daemon=True, name="qstash-lists reloader: %s" % self.path)
         self._thread.start()
 
     def _adopt(self) -> None:
@@ -975,13 +917,10 @@ class DataFile(Generic[T]):
             self.refresh()
 
 
-def _reloader(ref: "weakref.ReferenceType[DataFile[Any]]", wait: float) -> None:
-    """The loop of a DataFile's reloader thread: look after ``wait`` seconds, then every interval or when woken."""
-    data = ref()
-    while data is not None and not data._closed:
-        wake = data._wake
-        del data  # wait without holding it
-        force = wake.wait(wait)
+def _reloader(ref: "weakref.ReferenceType[DataFile[Any]]", wake: threading.Event, interval: float) -> None:
+    """The loop of a DataFile's reloader thread: look every ``interval`` seconds or when woken, while it is open."""
+    while True:
+        force = wake.wait(interval)
         wake.clear()
         data = ref()
         if data is None or data._closed:
@@ -990,16 +929,15 @@ def _reloader(ref: "weakref.ReferenceType[DataFile[Any]]", wait: float) -> None:
             data.refresh(force)
         except Exception:  # never let the reloader die
             logger.exception("%s: reloader error", data.path)
-        wait = data.interval
+        del data  # wait without holding it
 
 
 _open_files: "weakref.WeakSet[DataFile[Any]]" = weakref.WeakSet()
 
 
 def after_fork() -> None:
-    """In a forked child, mark every open DataFile, whose first call then starts its own reloader and looks
-    at once; its locks are new (a parent's may be held by a thread the child does not have).  Python's own
-    fork runs this itself; a server that forks from C (uWSGI) calls it from its post-fork hook."""
+    """In a forked child (Python's fork runs this; uWSGI's post-fork hook too), give every open DataFile new locks
+    and mark it: its first call starts its reloader and looks (no thread starts inside a fork hook)."""
     for data in list(_open_files):
         if not data._closed:
             data._lock, data._writing, data._forked = threading.Lock(), threading.Lock(), True

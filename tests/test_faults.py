@@ -238,7 +238,7 @@ def test_make_app_with_a_token_serves_a_one_account_file(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize("environ, line", [
-    ({"QSTASH_TOKEN": "has space"}, "QSTASH_TOKEN: expected a token of visible ASCII characters, with no spaces"),
+    ({"QSTASH_TOKEN": "has space"}, "QSTASH_TOKEN: expected a non-empty token of visible ASCII characters, no spaces"),
     ({"QSTASH_LISTS_MAX_SIZE": "lots"},
      "QSTASH_LISTS_MAX_SIZE: expected a size in bytes from 1 to 4G, such as 64M (K, M or G may follow the number)"),
     ({"QSTASH_LISTS_INTERVAL": "\u0662"}, "QSTASH_LISTS_INTERVAL: expected a number of seconds from 0.01 to 3600"),

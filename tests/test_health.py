@@ -85,10 +85,13 @@ def test_every_way_of_asking_gets_the_same_answer(data: Path, how: Dict[str, Any
     assert response.body == (b"" if how.get("method") == "HEAD" else plain.body)
 
 
-def test_other_methods_and_paths(data: Path) -> None:
-    app = service.create_app(service.open_data(str(data), None), access_log=False)
-    response = call(app, "/healthz", method="POST")
-    assert (response.status, response.headers["Allow"]) == (405, "GET, HEAD")
+@pytest.mark.parametrize("writable", [False, True])
+def test_other_methods_and_paths(data: Path, writable: bool) -> None:
+    app = service.create_app(service.open_data(str(data), None, writable=writable), access_log=False)
+    for method in ("POST", "DELETE", "PUT"):  # read-only or not: it is no write
+        response = call(app, "/healthz", method=method)
+        assert (response.status, response.headers["Allow"]) == (405, "GET, HEAD")
+        assert response.json() == {"error": "method not allowed: this path answers GET, HEAD"}
     for path in ("/healthz//", "/v2/healthz", "/healthz/x"):
         assert call(app, path).status == 404
     assert call(app, "/healthz/").body == call(app, "/healthz").body  # a trailing slash, as on every path

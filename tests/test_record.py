@@ -179,7 +179,7 @@ BEFORE = b'{"queues": []}\n  '  # an existing file, kept byte for byte
     ({"/v2/queues": (200, "application/json", json.dumps([dict(ALPHA_QUEUE)] * 40).encode())}, ["--max-size", "1K"],
      "GET {url}/v2/queues: the answer is over 1024 bytes (--max-size); {path} is unchanged"),
     ({"/v2/queues": (200, "application/json", json.dumps([dict(ALPHA_QUEUE, lag=-1)]).encode())}, [],
-     "{path}: queues[0].lag: expected a non-negative integer, got -1"),
+     "{path}: queues[0].lag: expected an integer from 0 to 2**53 - 1, got -1"),
 ])
 def test_each_failure_is_one_line_and_leaves_the_file(fake: Fake, tmp_path: Path, answers: Any, args: Any,
                                                       line: str) -> None:

@@ -91,7 +91,8 @@ def test_a_bad_file_stops_start_up_with_the_place_of_the_fault(tmp_path: Path) -
     bad = write_json(tmp_path / "bad.json", document)
     code, _, err = run(["--port", "0", "--data", str(bad)])
     assert code == 2
-    assert err.splitlines()[-1] == '%s: accounts[1].queues[0].lag: expected a non-negative integer, got "7"' % bad
+    expected = '%s: accounts[1].queues[0].lag: expected an integer from 0 to 2**53 - 1, got "7"' % bad
+    assert err.splitlines()[-1] == expected
     assert "Traceback" not in err
 
 
@@ -200,7 +201,7 @@ def test_bad_arguments_are_named(args: List[str], message: str) -> None:
 
 
 @pytest.mark.parametrize("env, message", [
-    ({"QSTASH_TOKEN": "has space"}, "QSTASH_TOKEN: expected a token of visible ASCII characters, with no spaces"),
+    ({"QSTASH_TOKEN": "has space"}, "QSTASH_TOKEN: expected a non-empty token of visible ASCII characters, no spaces"),
     ({"QSTASH_TOKEN": "Bearer abc"}, "QSTASH_TOKEN: drop the word 'Bearer': the variable holds the token alone"),
     ({"QSTASH_TOKEN": ""}, "QSTASH_TOKEN: empty; give a value, or unset it for the default"),
     ({"QSTASH_LISTS_MAX_SIZE": "\u00b2"}, "QSTASH_LISTS_MAX_SIZE: expected a size in bytes from 1 to 4G, such as 64M "

@@ -45,28 +45,28 @@ FAULTS = [
     ({"accounts": None}, "accounts: expected an array, got null"),
     ({"queues": ["q"]}, 'queues[0]: expected an object, got "q"'),
     # Wrong types
-    ({"queues": [dict(Q, lag="7")]}, 'queues[0].lag: expected a non-negative integer, got "7"'),
-    ({"queues": [dict(Q, lag=True)]}, "queues[0].lag: expected a non-negative integer, got true"),
-    ({"queues": [dict(Q, parallelism=None)]}, "queues[0].parallelism: expected a non-negative integer, got null"),
-    ({"queues": [dict(Q, createdAt=1.5)]}, "queues[0].createdAt: expected a non-negative integer, got 1.5"),
-    ({"queues": [dict(Q, updatedAt=2.0)]}, "queues[0].updatedAt: expected a non-negative integer, got 2.0"),
+    ({"queues": [dict(Q, lag="7")]}, 'queues[0].lag: expected an integer from 0 to 2**53 - 1, got "7"'),
+    ({"queues": [dict(Q, lag=True)]}, "queues[0].lag: expected an integer from 0 to 2**53 - 1, got true"),
+    ({"queues": [dict(Q, parallelism=None)]},
+     "queues[0].parallelism: expected an integer from 0 to 2**53 - 1, got null"),
+    ({"queues": [dict(Q, createdAt=1.5)]}, "queues[0].createdAt: expected an integer from 0 to 2**53 - 1, got 1.5"),
+    ({"queues": [dict(Q, updatedAt=2.0)]}, "queues[0].updatedAt: expected an integer from 0 to 2**53 - 1, got 2.0"),
     ({"queues": [dict(Q, paused="false")]}, 'queues[0].paused: expected true or false, got "false"'),
     ({"queues": [dict(Q, paused=0)]}, "queues[0].paused: expected true or false, got 0"),
     ({"queues": [dict(Q, name=7)]}, "queues[0].name: expected a non-empty string, got 7"),
     ({"urlGroups": [dict(G, endpoints=[{"url": 5}])]},
      "urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got 5"),
     # Negative, too large, out of order
-    ({"queues": [dict(Q, lag=-1)]}, "queues[0].lag: expected a non-negative integer, got -1"),
-    ({"queues": [dict(Q, parallelism=-2)]}, "queues[0].parallelism: expected a non-negative integer, got -2"),
-    ({"queues": [dict(Q, createdAt=-1)]}, "queues[0].createdAt: expected a non-negative integer, got -1"),
-    ({"queues": [dict(Q, lag=2**53)]}, "queues[0].lag: expected an integer no larger than "
-                                       "9007199254740991 (2**53 - 1), got 9007199254740992"),
+    ({"queues": [dict(Q, lag=-1)]}, "queues[0].lag: expected an integer from 0 to 2**53 - 1, got -1"),
+    ({"queues": [dict(Q, parallelism=-2)]}, "queues[0].parallelism: expected an integer from 0 to 2**53 - 1, got -2"),
+    ({"queues": [dict(Q, createdAt=-1)]}, "queues[0].createdAt: expected an integer from 0 to 2**53 - 1, got -1"),
+    ({"queues": [dict(Q, lag=2**53)]}, "queues[0].lag: expected an integer from 0 to 2**53 - 1, got 9007199254740992"),
     (b'{"queues": [{"createdAt": 1, "updatedAt": 2, "name": -1%s, "parallelism": 1, "lag": 1}]}' % (b"0" * 99),
      "queues[0].name: expected a non-empty string, got -1%s..." % ("0" * 55)),
-    ({"queues": [dict(Q, parallelism=10**20)]}, "queues[0].parallelism: expected an integer no larger than "
-                                                "9007199254740991 (2**53 - 1), got 100000000000000000000"),
-    ({"queues": [dict(Q, parallelism=10**20 - 1)]}, "queues[0].parallelism: expected an integer no larger than "
-                                                    "9007199254740991 (2**53 - 1), got 99999999999999999999"),
+    ({"queues": [dict(Q, parallelism=10**20)]},
+     "queues[0].parallelism: expected an integer from 0 to 2**53 - 1, got 100000000000000000000"),
+    ({"queues": [dict(Q, parallelism=10**20 - 1)]},
+     "queues[0].parallelism: expected an integer from 0 to 2**53 - 1, got 99999999999999999999"),
     ({"queues": [dict(Q, createdAt=5, updatedAt=4)]},
      "queues[0].updatedAt: expected a time not before createdAt (5), got 4"),
     ({"urlGroups": [dict(G, createdAt=5, updatedAt=4)]},
@@ -121,9 +121,10 @@ FAULTS = [
     ({"accounts": [{}]}, "accounts[0]: expected exactly one of 'token' or 'tokenSha256'"),
     ({"accounts": [{"token": "a", "tokenSha256": "0" * 64}]},
      "accounts[0]: expected exactly one of 'token' or 'tokenSha256'"),
-    ({"accounts": [{"token": ""}]}, "accounts[0].token: expected a non-empty token"),
+    ({"accounts": [{"token": ""}]},
+     "accounts[0].token: expected a non-empty token of visible ASCII characters, no spaces"),
     ({"accounts": [{"token": "my secret"}]},
-     "accounts[0].token: expected a token of visible ASCII characters, with no spaces"),
+     "accounts[0].token: expected a non-empty token of visible ASCII characters, no spaces"),
     ({"accounts": [{"token": 5}]}, "accounts[0].token: expected a string"),
     ({"accounts": [{"tokenSha256": "abc"}]},
      "accounts[0].tokenSha256: expected 64 hexadecimal digits (a SHA-256 digest, printf %s TOKEN | sha256sum), "
@@ -183,22 +184,22 @@ def test_an_integer_python_will_not_read_is_one_line_in_our_words() -> None:
     if hasattr(sys, "set_int_max_str_digits"):  # 3.11, 3.10.7, 3.9.14 and later refuse over 4,300 digits
         assert one(raw) == "data.json: invalid JSON: an integer of more than 4,300 digits"
     else:
-        assert one(raw).startswith("data.json: queues[0].lag: expected an integer no larger than ")
+        assert one(raw).startswith("data.json: queues[0].lag: expected an integer from 0 to 2**53 - 1, got ")
 
 
 def test_a_value_that_keeps_its_rule_is_not_reported_beside_one_that_does_not() -> None:
     """Equal times are fine, and a duplicate is one name: only the other faults of those items."""
     assert faults({"queues": [dict(Q, createdAt=5, updatedAt=5, lag="x")]}) == [
-        'data.json: queues[0].lag: expected a non-negative integer, got "x"']
+        'data.json: queues[0].lag: expected an integer from 0 to 2**53 - 1, got "x"']
     assert faults({"queues": [Q, dict(Q, parallelism=0, lag=-1)]}) == [
         'data.json: queues[1].name: duplicate name "q" (also at queues[0].name)',
-        "data.json: queues[1].lag: expected a non-negative integer, got -1"]
+        "data.json: queues[1].lag: expected an integer from 0 to 2**53 - 1, got -1"]
 
 
 def test_every_fault_of_an_item_is_reported_even_with_one_missing() -> None:
     assert faults({"queues": [{"createdAt": 1, "updatedAt": 2, "name": "q", "lag": "3"}]}) == [
         "data.json: queues[0].parallelism: missing",
-        'data.json: queues[0].lag: expected a non-negative integer, got "3"']
+        'data.json: queues[0].lag: expected an integer from 0 to 2**53 - 1, got "3"']
 
 
 def test_every_fault_is_reported_not_just_the_first() -> None:
@@ -207,8 +208,8 @@ def test_every_fault_is_reported_not_just_the_first() -> None:
         {"token": "b", "urlGroups": [dict(G, name="a b")], "queues": [{"name": "x"}]},
     ]}
     assert faults(document) == [
-        'data.json: accounts[0].queues[0].lag: expected a non-negative integer, got "1"',
-        "data.json: accounts[0].queues[1].parallelism: expected a non-negative integer, got -1",
+        'data.json: accounts[0].queues[0].lag: expected an integer from 0 to 2**53 - 1, got "1"',
+        "data.json: accounts[0].queues[1].parallelism: expected an integer from 0 to 2**53 - 1, got -1",
         "data.json: accounts[1].urlGroups[0].name: expected only letters, digits, '-', '.' and '_', got \"a b\"",
         "data.json: accounts[1].queues[0].createdAt: missing",
         "data.json: accounts[1].queues[0].updatedAt: missing",

@@ -215,7 +215,7 @@ def test_a_write_after_a_bad_hand_edit_is_refused_and_the_file_kept(path: Path, 
     assert response.status == 409
     assert response.json()["error"].startswith("conflict: the data file on the server was edited and does not load")
     assert path.read_bytes() == edited
-    assert 'queues[0].lag: expected a non-negative integer, got "0"' in caplog.text
+    assert 'queues[0].lag: expected an integer from 0 to 2**53 - 1, got "0"' in caplog.text
 
 
 def test_a_write_that_would_pass_the_size_limit_is_refused(path: Path) -> None:
