@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import gzip
 import hashlib
 import http.client
@@ -21,8 +22,10 @@ import json
 import logging
 import os
 import re
+import secrets
 import signal
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -32,6 +35,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, 
 from urllib.parse import quote, unquote_to_bytes
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     import store
 elif __package__:  # inside a package: vendored, or installed as qstash_lists
     from . import store
@@ -49,8 +54,8 @@ else:  # a script or a top-level module: the store.py beside this file, even if 
         _spec.loader.exec_module(store)
 
 __version__ = "0.3.0"
-__all__ = ["DEV_TOKEN", "SETTINGS", "AccessLog", "HTTPError", "Snapshot", "create_app", "main", "make_app", "open_data",
-           "read_settings"]
+__all__ = ["DEV_TOKEN", "SETTINGS", "AccessLog", "HTTPError", "Server", "create_app", "main", "make_app", "open_data",
+           "read_settings", "serve"]
 
 Answer = Tuple[str, List[Tuple[str, str]], bytes, Optional[str]]  # status, headers, body, why (for the log only)
 StartResponse = Callable[..., Callable[[bytes], object]]
@@ -148,15 +153,27 @@ class Unavailable(HTTPError):
 
 
 class MethodNotAllowed(HTTPError):
-    """A method the path does not answer (RFC 9110, 15.5.6: with Allow); a write to a read-only server."""
+    """A method the path does not answer (RFC 9110, 15.5.6: with Allow, and the methods it takes in the message)."""
 
     status = HTTPStatus.METHOD_NOT_ALLOWED
 
-    def __init__(self, allowed: Sequence[str], write: bool) -> None:
-        message = ("method not allowed: this server is read-only; start it with --writable (or "
-                   "QSTASH_LISTS_WRITABLE=1) to take QStash's writes of URL groups and queues" if write else
-                   "method not allowed: this path answers %s" % (", ".join(allowed) or "no method"))
+    def __init__(self, allowed: Sequence[str], takes: Sequence[str], method: str) -> None:
+        if method in takes:  # a write, to a read-only server
+            message = ("method not allowed: this server is read-only; start it with --writable (or "
+                       "QSTASH_LISTS_WRITABLE=1) to take QStash's writes of URL groups and queues")
+        else:
+            message = "method not allowed: this path answers %s" % ", ".join(list(takes) + ["HEAD"] * ("GET" in takes))
+            writes = [m for m in takes if m not in allowed]
+            if writes:
+                message += " (%s: writes, taken once the server is started with --writable, or " \
+                           "QSTASH_LISTS_WRITABLE=1)" % ", ".join(writes)
         super().__init__(message, [("Allow", ", ".join(allowed))])
+
+
+class Forbidden(HTTPError):
+    """A request from a web page, or a dev token sent to a name that is not this machine's (DNS rebinding)."""
+
+    status = HTTPStatus.FORBIDDEN
 
 
 class Unauthorized(HTTPError):
@@ -210,28 +227,26 @@ class Body:
         return self._gzip
 
 
-class Snapshot:
-    """One loaded data file and its bodies, each encoded when first asked for: a reload pays only for what is read."""
-
-    def __init__(self, loaded: store.Store) -> None:
-        self.store = loaded
-        self.bodies: Dict[Tuple[bytes, str, Optional[str]], Optional[Body]] = {}
-
-    def body(self, account: store.Account, path: str, name: Optional[str]) -> Optional[Body]:
-        """Return the body of the collection at ``path`` or its item ``name`` (None: no signing keys); or NotFound."""
-        key = (account.token_sha256, path, name)
-        if key in self.bodies:
-            return self.bodies[key]
-        field, noun = FIELDS[path]
-        found: Any = getattr(account, field) if name is None else account.item(field, name)
-        if field == "signing_keys":  # the dev token's account gets the published dev keys, unless it has its own
-            keys = found or (DEV_SIGNING_KEYS if account.token_sha256 == _DEV_DIGEST else None)
-            body = None if keys is None else Body(store.encode({"current": keys[0], "next": keys[1]}), NO_STORE)
-        elif found is None:
-            raise _no_such(noun, name or "")
-        else:
-            body = Body(store.encode(found), PRIVATE)
-        return self.bodies.setdefault(key, body)  # two threads may both encode it: the same bytes, one kept
+def body(account: store.Account, path: str, name: Optional[str]) -> Optional[Body]:
+    """Return the body of the collection at ``path`` or its item ``name`` (None: no signing keys), or NotFound; each
+    encoded when first asked for and kept while the account is unchanged (a write makes a new one)."""
+    key = (path, name)
+    if key in account.cache:
+        cached: Optional[Body] = account.cache[key]
+        return cached
+    field, noun = FIELDS[path]
+    if field == "signing_keys":  # the dev token's account gets the published dev keys, unless it has its own
+        keys = account.signing_keys or (DEV_SIGNING_KEYS if account.token_sha256 == _DEV_DIGEST else None)
+        found = None if keys is None else Body(store.encode({"current": keys[0], "next": keys[1]}), NO_STORE)
+    elif name is None:
+        found = Body(store.array(getattr(account, field)), PRIVATE)
+    else:
+        item = account.item(field, name)
+        if item is None:
+            raise _no_such(noun, name)
+        found = Body(item.raw, PRIVATE)
+    kept: Optional[Body] = account.cache.setdefault(key, found)  # two threads may both encode it: one is kept
+    return kept
 
 
 # ---- Requests: the route, the credential, a write's body -----------------------------------------
@@ -316,9 +331,11 @@ def _body(environ: WSGIEnvironment) -> Dict[str, Any]:
                         status=HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
     raw = environ["wsgi.input"].read(int(length)) if int(length) else b""
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, object_pairs_hook=store.unique_keys)
+    except store.DataError as exc:  # a key given twice: which one the SDK user meant is anyone's guess
+        raise BadRequest("bad request: %s" % exc) from None
     except (ValueError, RecursionError):
-        raise BadRequest("bad request: the body is not JSON") from None
+        raise BadRequest("bad request: the body is not UTF-8 JSON") from None
     if type(body) is not dict:
         raise BadRequest("bad request: the body is not a JSON object")
     return body
@@ -329,14 +346,15 @@ def _field(body: Dict[str, Any], key: str, good: Callable[[Any], bool], expected
     value = body.get(key)
     if good(value):
         return value
-    got = store.encode(value).decode()[:60] if key in body else "nothing"
+    shown = json.dumps(value, ensure_ascii=False)  # as written; NaN as NaN
+    got = (shown if shown.isprintable() else json.dumps(value))[:60] if key in body else "nothing"  # a lone surrogate
     raise BadRequest("bad request: %s: expected %s, got %s" % (key, expected, got))
 
 
-def _endpoints(body: Dict[str, Any], adding: bool) -> List[Dict[str, str]]:
+def _endpoints(body: Dict[str, Any], adding: bool) -> List[Any]:
     """The ``endpoints`` of a write: each with a url (an http or https URL) to add, a url or a name to remove."""
     found = _field(body, "endpoints", lambda v: type(v) is list and v != [], "a non-empty array of endpoints")
-    endpoints = []
+    endpoints: List[Any] = []
     for i, value in enumerate(found):
         given = {key: value[key] for key in ("name", "url") if value.get(key) not in (None, "")} \
             if type(value) is dict else {}
@@ -344,86 +362,124 @@ def _endpoints(body: Dict[str, Any], adding: bool) -> List[Dict[str, str]]:
         if (adding and "url" not in given) or not given or not all(
                 (store.is_http_url if key == "url" else store.is_text)(v) for key, v in given.items()):
             raise BadRequest("bad request: endpoints[%d]: expected %s, and a printable name if any" % (i, expected))
-        endpoints.append(given)
+        endpoints.append(store.Endpoint(given.get("name"), given["url"]) if adding else given)
     return endpoints
 
 
+def _host_is_local(host: Optional[str], allowed: Iterable[str]) -> bool:
+    """Tell whether a Host header names this machine as no DNS name can be made to (DNS rebinding): an IP address,
+    localhost or a name under it (RFC 6761), or a name the operator allows; no Host (HTTP/1.0) is no browser's."""
+    if host is None:
+        return True
+    name = host[1:host.find("]")] if host.startswith("[") else host.partition(":")[0]
+    name = name.lower()
+    if name == "localhost" or name.endswith(".localhost") or name in allowed:
+        return True
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return False
+
+
 # ---- The WSGI app --------------------------------------------------------------------------------
-def respond(environ: WSGIEnvironment, source: store.DataFile[Snapshot]) -> Answer:
-    """Answer one request: route and method, the health check, or name, auth, then the body or the change."""
+def respond(environ: WSGIEnvironment, source: store.DataFile, allowed_hosts: Iterable[str] = ()) -> Answer:
+    """Answer one request: a web page's refused, the route and method, the health check, or name, auth, then the
+    body or the change."""
+    if environ.get("HTTP_ORIGIN") is not None or environ.get("HTTP_SEC_FETCH_SITE") in ("cross-site", "same-site"):
+        raise Forbidden("forbidden: this server takes no request from a web page (it has no CORS): any site could "
+                        "otherwise read and change your lists; call it from your code, an SDK or curl",
+                        why="from a web page")
     route, name = _route(environ.get("PATH_INFO", ""))
-    method, allowed = environ.get("REQUEST_METHOD"), _ALLOWED[route, source.writable]
+    method, allowed = environ.get("REQUEST_METHOD", ""), _ALLOWED[route, source.writable]
     if method not in allowed:
-        raise MethodNotAllowed(allowed, method in ROUTES[route] or not allowed)
+        raise MethodNotAllowed(allowed, ROUTES[route], method)
     if route == HEALTH_PATH:
         return health(source.status())
     collection = route.split("/{")[0] if name is not None else route
-    if name is not None and not store.is_name(name):
+    # A queue's name outside QStash's rule is a 400, as QStash's; a URL group's is one that is not there (a 404).
+    if name is not None and not store.is_name(name) and (collection == "/v2/queues" or method == "POST"):
         raise BadRequest("bad request: a %s's name has %s" % (FIELDS[collection][1], store.NAME_RULE))
-    snapshot = source.current()
-    if snapshot is None:
+    loaded = source.current()
+    if loaded is None:
         raise Unavailable()
-    account = snapshot.store.find(_credential(environ))
+    account = loaded.find(_credential(environ))
     if account is None:
         raise Unauthorized("unknown token")
+    if account.token_sha256 == _DEV_DIGEST and not _host_is_local(environ.get("HTTP_HOST"), allowed_hosts):
+        raise Forbidden("forbidden: the dev token is public, so it is taken only from a client that names this server "
+                        "by an IP address or localhost; to allow a name: --allowed-hosts NAME "
+                        "(QSTASH_LISTS_ALLOWED_HOSTS)", why="dev token, Host not local")
     if method not in ("GET", "HEAD"):
         return write(environ, source, account, route, name)
-    body = snapshot.body(account, collection, name)
-    if body is None:
+    found = body(account, collection, name)
+    if found is None:
         raise NotFound("not found: the data file gives this account no signing keys (its signingKeys)",
                        why="no signing keys")
     accept_encoding = environ.get("HTTP_ACCEPT_ENCODING")
-    if body.compressible and accept_encoding and _accepts_gzip(accept_encoding):
-        body = body.gzipped()
+    if found.compressible and accept_encoding and _accepts_gzip(accept_encoding):
+        found = found.gzipped()
     # Fresh lists each time: some servers (wsgiref) add their own headers to ours.
     if_none_match = environ.get("HTTP_IF_NONE_MATCH")
-    if if_none_match and _matches(if_none_match, body.etag):
-        return "304 Not Modified", list(body.not_modified), b"", None
-    return "200 OK", list(body.headers), body.data, None
+    if if_none_match and _matches(if_none_match, found.etag):
+        return "304 Not Modified", list(found.not_modified), b"", None
+    return "200 OK", list(found.headers), found.data, None
 
 
 #: The methods each route answers, read-only or writable: with HEAD where it has GET (RFC 9110, 9.3.2).
 _ALLOWED = {(route, writable): tuple(m for m in methods if writable or m == "GET") + ("HEAD",) * ("GET" in methods)
             for route, methods in ROUTES.items() for writable in (False, True)}
+#: What a write that was refused by the data file's state answers, by the kind of refusal (store's), most special first.
+_REFUSED = [(store.LimitReached, HTTPStatus.PRECONDITION_FAILED, None, "over a limit"),
+            (store.Conflict, HTTPStatus.CONFLICT, "conflict: the data file on the server was edited and does not load; "
+             "nothing was written; the server log names the fault", "file invalid"),
+            (store.TooLarge, HTTPStatus.INSUFFICIENT_STORAGE, "insufficient storage: the data file would be over the "
+             "server's --max-size, or this account over its share of it; nothing was written", "too large"),
+            (store.DataError, HTTPStatus.SERVICE_UNAVAILABLE, "service unavailable: the data file cannot be written "
+             "now; nothing was written; the server log says why", "not written")]
 
 
-def write(environ: WSGIEnvironment, source: store.DataFile[Snapshot], account: store.Account, route: str,
+def write(environ: WSGIEnvironment, source: store.DataFile, account: store.Account, route: str,
           name: Optional[str]) -> Answer:
     """Make one of QStash's writes to the token's account in the data file; answer the item as it is now."""
     method, (field, noun) = environ.get("REQUEST_METHOD"), FIELDS[route.split("/{")[0]]
-    change: Tuple[Any, ...]  # a change in store, and what it takes after the account and the time
+    longest = source.limits.name
+    named = (lambda v: store.is_name(v) and len(v) <= longest, "a name of %s, at most %d characters (--max-name)"
+             % (store.NAME_RULE, longest))
+    change: Tuple[Any, ...]  # a change in store, and what it takes after the item and the time
     if route == "/v2/queues":
         body = _body(environ)
-        name = _field(body, "queueName", store.is_name, "a name of " + store.NAME_RULE)
-        change = (store.upsert_queue, name, _field(body, "parallelism", lambda v: store.is_whole(v) and v >= 1,
-                                                   "a whole number from 1 to 2**53 - 1"),
+        name = _field(body, "queueName", *named)
+        change = (store.upsert_queue, name, _field(body, "parallelism", lambda v: v is None or (
+            store.is_whole(v) and v >= 1), "a whole number from 1 to 2**53 - 1 (1 if left out)"),
                   _field(body, "paused", lambda v: v is None or type(v) is bool, "true or false"))
+    elif route.endswith("/endpoints") and method == "POST":
+        if len(name or "") > longest:
+            raise BadRequest("bad request: a URL group's name is at most %d characters (--max-name)" % longest)
+        change = (store.add_endpoints, name, _endpoints(_body(environ), True))
     elif route.endswith("/endpoints"):
-        edit = store.add_endpoints if method == "POST" else store.remove_endpoints
-        change = (edit, name, _endpoints(_body(environ), method == "POST"))
+        change = (store.remove_endpoints, _endpoints(_body(environ), False))
     elif route.endswith(("/pause", "/resume")):
-        change = (store.pause_queue, name, route.endswith("/pause"))
+        change = (store.pause_queue, route.endswith("/pause"))
     else:
-        change = (store.delete_item, "urlGroups" if field == "url_groups" else "queues", name)
+        change = (store.delete_item,)
     try:
-        did, _ = source.update(account.token_sha256, lambda document, now: change[0](document, now, *change[1:]))
+        did = source.update(account.token_sha256, field, name or "", *change)
     except LookupError:
         raise Unauthorized("account gone") from None
     except store.DataError as exc:
-        logger.error("%s; nothing was written", exc.faults[0] if exc.faults else exc)
-        if isinstance(exc, store.Conflict):  # edited by hand: never overwritten
-            raise HTTPError("conflict: the data file on the server was edited and does not load; nothing was written; "
-                            "the server log names the fault", why="file invalid", status=HTTPStatus.CONFLICT) from None
-        if isinstance(exc, store.TooLarge):
-            raise HTTPError("insufficient storage: the data file would be over the server's --max-size; nothing was "
-                            "written", why="too large", status=HTTPStatus.INSUFFICIENT_STORAGE) from None
-        raise Unavailable("service unavailable: the data file cannot be written now; nothing was written; the "
-                          "server log says why", why="not written") from None
+        kind, status, message, why = next(refusal for refusal in _REFUSED if isinstance(exc, refusal[0]))
+        if message is not None:  # the fault names the file: for the log
+            logger.error("%s; nothing was written", exc.faults[0] if exc.faults else exc)
+        headers = [("Retry-After", "1")] * (status == HTTPStatus.SERVICE_UNAVAILABLE)
+        raise HTTPError(message or "precondition failed: %s; nothing was written" % exc, headers, why,
+                        status) from None
     if did == "no such " + noun:
         raise _no_such(noun, name or "")
-    snapshot = source.current()  # the write's own version, or a later one
-    fresh = None if snapshot is None else snapshot.store.by_digest.get(account.token_sha256)
-    return _json_answer(HTTPStatus.OK, fresh and name and fresh.item(field, name) or {}, why=did)
+    loaded = source.current()  # the write's own version, or a later one
+    fresh = None if loaded is None else loaded.by_digest.get(account.token_sha256)
+    item = None if fresh is None or name is None else fresh.item(field, name)
+    return _json_answer(HTTPStatus.OK, item or {}, why=did)
 
 
 def health(status: store.Status) -> Answer:
@@ -439,15 +495,18 @@ def health(status: store.Status) -> Answer:
     return _json_answer(HTTPStatus.SERVICE_UNAVAILABLE, document, [("Retry-After", "1")])
 
 
-def create_app(source: store.DataFile[Snapshot], access_log: bool | AccessLog = True) -> WSGIApplication:
+def create_app(source: store.DataFile, access_log: bool | AccessLog = True,
+               allowed_hosts: Iterable[str] = ()) -> WSGIApplication:
     """Return the WSGI callable that serves (and, if writable, writes) ``source``.  ``access_log``: True logs each
-    request to the ``qstash_lists.access`` logger at INFO, an AccessLog in batches, False not at all."""
+    request to the ``qstash_lists.access`` logger at INFO, an AccessLog in batches, False not at all.
+    ``allowed_hosts``: names besides IP addresses and localhost by which the dev token may reach it."""
+    allowed_hosts = frozenset(host.lower() for host in allowed_hosts)
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         started = time.perf_counter() if access_log else 0.0
         exc_info = None
         try:
-            status, headers, data, why = respond(environ, source)
+            status, headers, data, why = respond(environ, source, allowed_hosts)
         except HTTPError as err:
             status, headers, data, why = err.render()
         except Exception:
@@ -611,6 +670,13 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _hosts(text: str) -> Tuple[str, ...]:
+    names = tuple(name.strip().lower() for name in text.split(","))
+    if not all(names) or not all(name.isascii() and name.isprintable() and " " not in name for name in names):
+        raise ValueError("expected host names separated by commas, such as qstash.internal,dev.example")
+    return names
+
+
 def _switch(text: str) -> bool:
     if text.lower() not in ("0", "1", "true", "false", "yes", "no", "on", "off"):
         raise ValueError("expected 1 or 0 (true or false)")
@@ -634,6 +700,15 @@ SETTINGS: Dict[str, Setting] = {
                         "the QStash API that --record reads"),
     "record_timeout": Setting("--record-timeout", "QSTASH_LISTS_RECORD_TIMEOUT", "30", _seconds,
                               "seconds --record may take to fetch the account, in all"),
+    "max_items": Setting("--max-items", "QSTASH_LISTS_MAX_ITEMS", "1000", _whole(1, 10**9),
+                         "the most queues, and URL groups, that writes may make in one account (then 412)"),
+    "max_endpoints": Setting("--max-endpoints", "QSTASH_LISTS_MAX_ENDPOINTS", "1000", _whole(1, 10**9),
+                             "the most endpoints that writes may give one URL group (then 412)"),
+    "max_name": Setting("--max-name", "QSTASH_LISTS_MAX_NAME", "200", _whole(1, 1000),
+                        "the longest name of a queue or URL group that a write may make (then 400)"),
+    "allowed_hosts": Setting("--allowed-hosts", "QSTASH_LISTS_ALLOWED_HOSTS", None, _hosts,
+                             "names besides IP addresses and localhost by which the dev token may reach the server "
+                             "(comma-separated)"),
     "host": Setting("--host", None, "127.0.0.1", str, "address to listen on"),
     "port": Setting("--port", None, "8080", _whole(0, 65535), "port; 0 picks a free one"),
     "threads": Setting("--threads", None, "8", _whole(1, MAX_THREADS), "waitress worker threads"),
@@ -662,12 +737,9 @@ def read_settings(environ: Mapping[str, str], args: Optional[argparse.Namespace]
     return settings
 
 
-def open_data(path: str, token: Optional[str], interval: float = 1.0, *, fallback: Optional[str] = None,
-              max_size: int = store.DEFAULT_MAX_SIZE, required: bool = True,
-              writable: bool = False) -> store.DataFile[Snapshot]:
-    """Load the data file at ``path`` and keep it fresh (see :class:`store.DataFile` and :func:`store.parse`)."""
-    return store.DataFile(path, lambda raw: Snapshot(store.parse(raw, path, token, fallback)), interval,
-                          max_size=max_size, required=required, writable=writable)
+#: Load a data file and keep it fresh: ``open_data(path, token, interval, fallback=, max_size=, required=, writable=,
+#: limits=)`` (see store.DataFile and store.parse).
+open_data = store.DataFile
 
 
 def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
@@ -697,12 +769,13 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
         data = _open(settings, None, required=False)  # logged; answered with 503 until it is good
     except KeyboardInterrupt:  # Ctrl-C during the first load: a stop, not a traceback
         raise SystemExit(130) from None
-    return create_app(data)
+    return create_app(data, allowed_hosts=settings["allowed_hosts"] or ())
 
 
-def _open(settings: Mapping[str, Any], fallback: Optional[str], required: bool) -> store.DataFile[Snapshot]:
+def _open(settings: Mapping[str, Any], fallback: Optional[str], required: bool) -> store.DataFile:
     return open_data(settings["data"], settings["token"], settings["interval"], fallback=fallback,
-                     max_size=settings["max_size"], required=required, writable=settings["writable"])
+                     max_size=settings["max_size"], required=required, writable=settings["writable"],
+                     limits=store.Limits(settings["max_items"], settings["max_endpoints"], settings["max_name"]))
 
 
 # ---- The command line and serving ----------------------------------------------------------------
@@ -753,7 +826,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         log.close()  # the lines of the requests answered, unless the stream does not take them
 
 
-def _serve(settings: Mapping[str, Any], data: store.DataFile[Snapshot], access: Optional[AccessLog]) -> int:
+def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[AccessLog]) -> int:
     """Serve ``data`` under waitress until SIGTERM or Ctrl-C."""
     try:
         from waitress import create_server
@@ -762,17 +835,20 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile[Snapshot], access: 
     host, port = settings["host"], settings["port"]
     socket_map: Dict[int, Any] = {}  # ours, single socket or several, so that _run can see every connection
     try:
-        server = create_server(create_app(data, access_log=access or False), map=socket_map, host=host,
-                               port=port, threads=settings["threads"], **WAITRESS_SETTINGS)
+        server = create_server(create_app(data, access or False, settings["allowed_hosts"] or ()), map=socket_map,
+                               host=host, port=port, threads=settings["threads"], **WAITRESS_SETTINGS)
     except (OSError, ValueError) as exc:
         return _fail(["cannot listen on %s port %d: %s; stop what uses it, or choose another port "
                       "(--port 0 picks a free one)" % (host, port, exc)])
     listening = getattr(server, "effective_listen", None) or [(server.effective_host, server.effective_port)]
     urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in listening]  # "localhost": 2
-    snapshot = data.current()
-    assert snapshot is not None  # open_data raised otherwise
-    print("\n".join(_banner(settings, snapshot.store, urls, listening[0][1], data.writable)), flush=True)
-    _run(server, socket_map, settings["stop_timeout"])
+    loaded = data.current()
+    assert loaded is not None  # open_data raised otherwise
+    print("\n".join(_banner(settings, loaded, urls, listening[0][1], data.writable)), flush=True)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda signum, frame: stop.set())  # a handler only notes it
+    _run(server, socket_map, settings["stop_timeout"], stop)
     return 0
 
 
@@ -797,9 +873,10 @@ def _banner(settings: Mapping[str, Any], loaded: store.Store, urls: List[str], p
     return lines
 
 
-def _run(server: Any, socket_map: Dict[int, Any], stop_timeout: float) -> None:
-    """Serve until SIGTERM or SIGINT, then refuse new connections, close idle ones and let the answers in flight
-    finish, for at most ``stop_timeout`` seconds (where waitress has channels; else at once, as waitress.serve)."""
+def _run(server: Any, socket_map: Dict[int, Any], stop_timeout: float, stop: threading.Event) -> None:
+    """Serve until ``stop`` is set, then refuse new connections, close idle ones and let the answers in flight
+    finish, for at most ``stop_timeout`` seconds (where waitress has channels; else at once, as waitress.serve);
+    then close every socket."""
     try:
         from waitress import wasyncore
         from waitress.channel import HTTPChannel
@@ -807,18 +884,12 @@ def _run(server: Any, socket_map: Dict[int, Any], stop_timeout: float) -> None:
     except ImportError:
         logger.warning("this waitress has no channels as 3.0 has: SIGTERM stops at once, not gracefully")
         return server.run()  # type: ignore[no-any-return]
-    deadline: List[float] = []
-
-    def stop(signum: int, frame: Any) -> None:
-        deadline[:] = deadline or [time.monotonic() + stop_timeout]  # a handler only notes it
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    while not deadline:
+    while not stop.is_set():
         wasyncore.loop(timeout=0.5, map=socket_map, use_poll=True, count=1)
+    deadline = time.monotonic() + stop_timeout
     for listener in [d for d in socket_map.values() if isinstance(d, BaseWSGIServer)]:
         wasyncore.dispatcher.close(listener)  # not BaseWSGIServer.close: the threads still need the trigger
-    while time.monotonic() < deadline[0]:
+    while time.monotonic() < deadline:
         channels = [d for d in socket_map.values() if isinstance(d, HTTPChannel)]
         if not channels:
             break
@@ -827,7 +898,50 @@ def _run(server: Any, socket_map: Dict[int, Any], stop_timeout: float) -> None:
                     or getattr(channel, "total_outbufs_len", 0)):
                 channel.will_close = True
         wasyncore.loop(timeout=0.1, map=socket_map, use_poll=True, count=1)
-    server.task_dispatcher.shutdown(timeout=max(0.0, deadline[0] - time.monotonic()))  # the rest are cut short
+    server.task_dispatcher.shutdown(timeout=max(0.0, deadline - time.monotonic()))  # the rest are cut short
+    for dispatcher in list(socket_map.values()):  # the trigger, and what the deadline cut short
+        dispatcher.close()
+
+
+class Server(NamedTuple):
+    """A server that :func:`serve` runs: where it listens, the token of its one-account file, and the data file."""
+
+    url: str
+    token: str
+    path: str
+
+
+@contextlib.contextmanager
+def serve(data: Any, token: Optional[str] = None, *, writable: bool = True, host: str = "127.0.0.1",
+          port: int = 0) -> Iterator[Server]:
+    """Serve ``data`` (a data file's path, or its document, written to a file of its own that goes at the end) under
+    waitress in a thread of this process, on a free port unless told, writable unless told, until the ``with`` block
+    ends; a one-account document gets ``token`` (default: a new random one).  No signal handler, no exit: for tests
+    and embedding (the pytest fixture ``qstash_server`` is this)."""
+    from waitress import create_server
+
+    token = token or secrets.token_urlsafe(16)
+    with contextlib.ExitStack() as stack:
+        if not isinstance(data, (str, os.PathLike)):
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="qstash-lists-"))
+            with open(os.path.join(folder, "data.json"), "w", encoding="utf-8") as file:
+                json.dump(data, file)
+            data = file.name
+        source = open_data(os.fspath(data), token, 3600, writable=writable)
+        stack.callback(source.close)
+        socket_map: Dict[int, Any] = {}
+        server = create_server(create_app(source, access_log=False), map=socket_map, host=host, port=port,
+                               threads=4, **WAITRESS_SETTINGS)
+        stop = threading.Event()
+        thread = threading.Thread(target=_run, args=(server, socket_map, 5.0, stop), name="qstash-lists server")
+        thread.start()
+        try:
+            yield Server("http://%s:%d" % (host if ":" not in host else "[%s]" % host, server.effective_port), token,
+                         os.fspath(data))
+        finally:
+            stop.set()
+            server.pull_trigger()  # the loop wakes at once, and stops
+            thread.join()
 
 
 def _handle_signals() -> None:

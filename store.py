@@ -7,23 +7,28 @@ while it is served, and is its one writer.  From the shell: ``python app.py --ch
 """
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
 import os
 import re
 import stat
+import tempfile
 import threading
 import time
 import weakref
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterator, Mapping, NamedTuple, Optional, TypeVar, Union, cast
+from functools import cached_property
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional, Union, cast
 from urllib.parse import urlsplit
 
-__all__ = ["Account", "Change", "Conflict", "DataError", "DataFile", "Endpoint", "FileChanging", "Queue", "Status",
-           "Store", "TokenMissing", "TooLarge", "UrlGroup", "add_endpoints", "after_fork", "check_token", "delete_item",
-           "encode", "from_api", "is_http_url", "is_name", "is_text", "is_whole", "load", "megabytes", "parse",
-           "pause_queue", "read", "read_at_most", "record", "remove_endpoints", "upsert_queue", "wake_all"]
+__all__ = ["Account", "Conflict", "DataError", "DataFile", "Endpoint", "FileChanging", "LimitReached", "Limits",
+           "Queue", "Status", "Store", "TokenMissing", "TooLarge", "UrlGroup", "add_endpoints", "after_fork",
+           "check_token", "delete_item", "encode", "from_api", "is_http_url", "is_name", "is_text", "is_whole",
+           "load", "megabytes", "parse", "pause_queue", "read", "read_at_most", "record", "remove_endpoints",
+           "unique_keys", "upsert_queue", "wake_all"]
 
 logger = logging.getLogger("qstash_lists")
 
@@ -45,26 +50,29 @@ MAX_SAFE_INTEGER = 2**53 - 1  # the largest integer a JavaScript client reads ba
 _YEAR_2001_MS = 978307200000
 MAX_FAULTS = 50  # how many faults one report lists before it counts the rest
 READ_ATTEMPTS = 4  # reads of a file that changes while it is read, in one look, before giving up
-LOCK_TIMEOUT = 10.0  # how long a write waits for another process's write to the same file
+LOCK_TIMEOUT = 1.0  # how long a write waits for another's (then 503): a worker thread is held no longer
+WRITE_ATTEMPTS = 3  # versions saved by hand while one write works that it redoes its change on, before a 409
 _READ_CHUNK = 1 << 24
 NAME_RULE = "only letters, digits, '-', '.' and '_'"  # QStash's for URL groups and queues (a 400 otherwise)
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _TOKEN = re.compile(r"[!-~]+")  # visible ASCII: what fits in "Bearer <token>"
-#: The fields a data file holds of each kind of object, in QStash's order: required, then optional.
-FIELDS = {"urlGroups": (("createdAt", "updatedAt", "name", "endpoints"), ()), "endpoints": (("url",), ("name",)),
-          "queues": (("createdAt", "updatedAt", "name", "parallelism", "lag"), ("paused",)),
-          "accounts": ((), ("token", "tokenSha256", "urlGroups", "queues", "signingKeys")),
-          "signingKeys": (("current", "next"), ()), "(top level)": ((), ("urlGroups", "queues", "signingKeys",
-                                                                          "accounts"))}
-FIELD_NAMES = {"urlGroups": "url_groups", "queues": "queues"}  # the Account field of each array of the file
-_KEYS = {kind: (frozenset(required), frozenset(required + optional)) for kind, (required, optional) in FIELDS.items()}
 _KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFDIR: "a directory",
           stat.S_IFSOCK: "a socket", stat.S_IFBLK: "a block device"}
 
-T = TypeVar("T")
 #: What tells versions of a file apart: inode, device, size, mtime and ctime (cp -p and tar set an mtime back, not it).
 Signature = tuple[int, int, int, int, int]
+
+
+class Limits(NamedTuple):
+    """What writes may create in one account (QStash has plan limits); a data file that holds more still loads."""
+
+    items: int = 1000  # queues, and URL groups, per account (--max-items)
+    endpoints: int = 1000  # endpoints per URL group (--max-endpoints)
+    name: int = 200  # characters in the name of a queue or URL group a write creates (--max-name)
+
+
+DEFAULT_LIMITS = Limits()
 
 
 class DataError(Exception):
@@ -89,133 +97,14 @@ class Conflict(DataError):
 
 
 class TooLarge(DataError):
-    """A write would make the file larger than its size limit."""
+    """A write would make the file larger than its size limit, or the account larger than its share of it."""
 
 
-# ---- The data: dataclasses, one loaded file ------------------------------------------------------
-# Endpoint, UrlGroup and Queue are not frozen (a frozen dataclass's object.__setattr__ costs about as much as
-# parsing the file at 100,000 queues), but nothing changes them once loaded.
-@dataclass
-class Endpoint:
-    """One endpoint of a URL group."""
-
-    url: str
-    name: Optional[str] = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The API's object; ``name`` is left out when there is none."""
-        return {"url": self.url} if self.name is None else {"name": self.name, "url": self.url}
+class LimitReached(DataError):
+    """A write would make more items in an account, or endpoints in a URL group, than the Limits allow."""
 
 
-@dataclass
-class UrlGroup:
-    """A URL group (the API's "topic") and its endpoints."""
-
-    created_at: int
-    updated_at: int
-    name: str
-    endpoints: tuple[Endpoint, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        """The API's object, keys in QStash's order."""
-        return {"createdAt": self.created_at, "updatedAt": self.updated_at, "name": self.name,
-                "endpoints": [endpoint.to_dict() for endpoint in self.endpoints]}
-
-
-@dataclass
-class Queue:
-    """A queue."""
-
-    created_at: int
-    updated_at: int
-    name: str
-    parallelism: int
-    lag: int
-    paused: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        """The API's object, keys in QStash's order."""
-        return {"createdAt": self.created_at, "updatedAt": self.updated_at, "name": self.name,
-                "parallelism": self.parallelism, "lag": self.lag, "paused": self.paused}
-
-
-Item = Union[UrlGroup, Queue]
-
-
-def encode(document: Any) -> bytes:
-    """Return ``document`` as the API writes it: compact UTF-8 JSON (items as their ``to_dict``)."""
-    return _ENCODER.encode(document).encode()
-
-
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False,
-                            default=lambda item: item.to_dict())  # built once: json.dumps builds one a call
-
-
-@dataclass(frozen=True)
-class Account:
-    """The URL groups and queues that one token sees."""
-
-    token_sha256: bytes = field(repr=False)  # only the digest, and not in repr: a weak token could be guessed
-    url_groups: tuple[UrlGroup, ...] = ()
-    queues: tuple[Queue, ...] = ()
-    names: Mapping[str, Mapping[str, int]] = field(default_factory=dict, repr=False, compare=False)  # kind: name: i
-    signing_keys: Optional[tuple[str, str]] = field(default=None, repr=False)  # (current, next); secrets
-
-    def item(self, kind: str, name: str) -> Optional[Item]:
-        """Return the item of ``kind`` ("url_groups" or "queues") named ``name``, or None."""
-        position = self.names.get(kind, {}).get(name)
-        items: tuple[Item, ...] = getattr(self, kind)
-        return None if position is None else items[position]
-
-
-@dataclass(frozen=True)
-class Store:
-    """Every account of one loaded data file, found by the SHA-256 digest of its token."""
-
-    accounts: tuple[Account, ...]
-    single_account: bool = False  # the file holds one account ({"urlGroups": ..., "queues": ...})
-    fallback_used: bool = False  # ... served with the fallback token, as no token was given (see parse)
-    by_digest: Mapping[bytes, Account] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "by_digest", {account.token_sha256: account for account in self.accounts})
-
-    def find(self, token: bytes) -> Optional[Account]:
-        """Return the account whose token is ``token``, or None, by its SHA-256: timing tells a probe no token."""
-        return self.by_digest.get(hashlib.sha256(token).digest())
-
-    def warnings(self, source: str) -> list[str]:
-        """Return what looks wrong in a valid file, one line each: no account, times in seconds."""
-        if not self.accounts:
-            return ["%s: warning: no account at all: every request will get 401" % source]
-        early = ["%s%s[%d].%s" % ("" if self.single_account else "accounts[%d]." % i, kind, j, name)  # before 2001
-                 for i, account in enumerate(self.accounts) for kind in ("urlGroups", "queues")
-                 for j, item in enumerate(cast("tuple[Item, ...]", getattr(account, FIELD_NAMES[kind])))
-                 for name, value in (("createdAt", item.created_at), ("updatedAt", item.updated_at))
-                 if 0 < value < _YEAR_2001_MS]
-        more = " (and %d more)" % (len(early) - 1) if len(early) > 1 else ""
-        return ["%s: warning: %s%s looks like seconds, not milliseconds (before 2001 as milliseconds)"
-                % (source, early[0], more)] if early else []
-
-    def summary(self) -> str:
-        """Return "N accounts, N URL groups, N queues"."""
-        counts = (len(self.accounts), sum(len(account.url_groups) for account in self.accounts),
-                  sum(len(account.queues) for account in self.accounts))
-        return ", ".join("%d %s%s" % (n, noun, "" if n == 1 else "s")
-                         for n, noun in zip(counts, ("account", "URL group", "queue")))
-
-
-def check_token(token: str) -> Optional[str]:
-    """Return why ``token`` cannot be used as a bearer token, or None if it can."""
-    return None if _TOKEN.fullmatch(token) else "expected a non-empty token of visible ASCII characters, no spaces"
-
-
-def megabytes(size: int) -> str:
-    """Return a size for a message: in MB (of 2**20 bytes, as ``--max-size 64M``), or in bytes below 0.1 MB."""
-    return "%d bytes" % size if size < 0x19999 else ("%.1f" % (size / 0x100000)).removesuffix(".0") + " MB"
-
-
-# ---- The rules, each written once; the checker judges every value by them ------------------------
+# ---- The rules, each written once; the schema and the checker judge every value by them ----------
 def is_whole(value: Any) -> bool:
     """A JSON integer (not true, not 1.0) from 0 to 2**53 - 1: what a JavaScript client reads exactly."""
     return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER
@@ -243,6 +132,218 @@ def is_http_url(value: Any) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
+def _is_flag(value: Any) -> bool:
+    return type(value) is bool
+
+
+#: What each rule says a value should be, in a fault's message.
+EXPECTED: dict[Callable[[Any], bool], str] = {
+    is_whole: "an integer from 0 to 2**53 - 1", is_name: NAME_RULE, _is_flag: "true or false",
+    is_http_url: "an absolute http or https URL",
+    is_text: "printable characters (no control characters, line breaks or lone surrogates)"}
+
+
+def check_token(token: str) -> Optional[str]:
+    """Return why ``token`` cannot be used as a bearer token, or None if it can."""
+    return None if _TOKEN.fullmatch(token) else "expected a non-empty token of visible ASCII characters, no spaces"
+
+
+def megabytes(size: int) -> str:
+    """Return a size for a message: in MB (of 2**20 bytes, as ``--max-size 64M``), or in bytes below 0.1 MB."""
+    return "%d bytes" % size if size < 0x19999 else ("%.1f" % (size / 0x100000)).removesuffix(".0") + " MB"
+
+
+# ---- The items: one schema serves loading, checking, serving, writing and recording ---------------
+# A field is declared once, with its rule (rule=...) or the item kind of its array (kind=...); its JSON key is its
+# name in camelCase; a field with a default is optional, and left out of the JSON while it is None.  Items are not
+# frozen (a frozen dataclass's object.__setattr__ costs about as much as parsing the file), but nothing changes one.
+def _rule(check: Any, default: Any = dataclasses.MISSING, required: bool = False) -> Any:
+    return field(default=default, metadata={"rule": check, "required": required or default is dataclasses.MISSING})
+
+
+class _Item:
+    """What queues, URL groups and endpoints share: the API's JSON object, encoded once (``raw``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The API's object, keys in QStash's order."""
+        return {key: value for attr, key, _, _ in SCHEMA[type(self)]
+                for value in (getattr(self, attr),) if value is not None}
+
+    @cached_property
+    def raw(self) -> bytes:
+        """The API's compact JSON of this item: its list entry, its answer and its line in the data file."""
+        return encode(self)
+
+    @cached_property
+    def lines(self) -> bytes:
+        """This item as the data file holds it: one line (an endpoint of a URL group on a line of its own)."""
+        return self.raw
+
+
+@dataclass
+class Endpoint(_Item):
+    """One endpoint of a URL group."""
+
+    name: Optional[str] = _rule(is_text, None)
+    url: str = _rule(is_http_url, "", required=True)  # a default only so that it may follow name, as in QStash's
+
+
+@dataclass
+class UrlGroup(_Item):
+    """A URL group (the API's "topic") and its endpoints."""
+
+    created_at: int = _rule(is_whole)
+    updated_at: int = _rule(is_whole)
+    name: str = _rule(is_name)
+    endpoints: tuple[Endpoint, ...] = _rule(Endpoint)  # an array of items of that kind
+
+    @cached_property
+    def _head(self) -> bytes:
+        return encode({**self.to_dict(), "endpoints": []})[:-2]  # up to the array's "["
+
+    @cached_property
+    def raw(self) -> bytes:
+        return self._head + b",".join([endpoint.raw for endpoint in self.endpoints]) + b"]}"
+
+    @cached_property
+    def lines(self) -> bytes:
+        if not self.endpoints:
+            return self.raw
+        return self._head + b"\n    " + b",\n    ".join([endpoint.raw for endpoint in self.endpoints]) + b"\n  ]}"
+
+
+@dataclass
+class Queue(_Item):
+    """A queue."""
+
+    created_at: int = _rule(is_whole)
+    updated_at: int = _rule(is_whole)
+    name: str = _rule(is_name)
+    parallelism: int = _rule(is_whole)
+    lag: int = _rule(is_whole)
+    paused: bool = _rule(_is_flag, False)
+
+
+Item = Union[UrlGroup, Queue]
+#: Each item kind's fields: (attribute, JSON key, rule or item kind, required), in QStash's order.
+SCHEMA: dict[type, tuple[tuple[str, str, Any, bool], ...]] = {
+    cls: tuple((f.name, re.sub("_(.)", lambda m: m.group(1).upper(), f.name), f.metadata["rule"],
+                f.metadata["required"]) for f in dataclasses.fields(cls))
+    for cls in (Endpoint, UrlGroup, Queue)}
+#: The arrays of the file: each one's key, the Account field that holds it, its item kind.
+ARRAYS = (("urlGroups", "url_groups", UrlGroup), ("queues", "queues", Queue))
+#: The keys each object of the file takes: required, then optional.
+KEYS: dict[Any, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    **{cls: (tuple(key for _, key, _, required in SCHEMA[cls] if required),
+             tuple(key for _, key, _, required in SCHEMA[cls] if not required)) for cls in SCHEMA},
+        "accounts": ((), ("token", "tokenSha256", "urlGroups", "queues", "signingKeys")),
+        "signingKeys": (("current", "next"), ()), "(top level)": ((), ("urlGroups", "queues", "signingKeys",
+                                                                          "accounts"))}
+
+
+def encode(document: Any) -> bytes:
+    """Return ``document`` as the API writes it: compact UTF-8 JSON (items as their ``to_dict``)."""
+    return _ENCODER.encode(document).encode()
+
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                            default=lambda item: item.to_dict())  # built once: json.dumps builds one a call
+
+
+def array(items: Mapping[str, Item]) -> bytes:
+    """The API's array of ``items``, from the bytes of each, encoded once."""
+    return b"[" + b",".join([item.raw for item in items.values()]) + b"]"
+
+
+@dataclass(frozen=True, eq=False)
+class Account:
+    """The URL groups and queues that one token sees, each by name in the file's order."""
+
+    token_sha256: bytes = field(repr=False)  # only the digest, and not in repr: a weak token could be guessed
+    url_groups: Mapping[str, UrlGroup] = field(default_factory=dict)
+    queues: Mapping[str, Queue] = field(default_factory=dict)
+    signing_keys: Optional[tuple[str, str]] = field(default=None, repr=False)  # (current, next); secrets
+    credential: Optional[tuple[str, str]] = field(default=None, repr=False)  # its key and value in a file of accounts
+    #: Answers encoded for this account, kept while it is unchanged (a write makes a new Account).
+    cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
+
+    def item(self, kind: str, name: str) -> Optional[Item]:
+        """Return the item of ``kind`` ("url_groups" or "queues") named ``name``, or None."""
+        return cast("Mapping[str, Item]", getattr(self, kind)).get(name)
+
+    def with_item(self, kind: str, name: str, item: Optional[Item]) -> "Account":
+        """Return this account with ``item`` in place of the one named ``name`` (at the end if new; None: removed)."""
+        items = dict(getattr(self, kind))
+        if item is None:
+            del items[name]
+        else:
+            items[name] = item
+        return dataclasses.replace(self, **{kind: items})  # type: ignore[arg-type]
+
+    @cached_property
+    def lines(self) -> bytes:
+        """This account's object in the data file: a queue, URL group or endpoint a line."""
+        head = [] if self.credential is None else ["%s: %s" % (json.dumps(self.credential[0]), json.dumps(
+            self.credential[1]))]
+        if self.signing_keys is not None:
+            head.append('"signingKeys": ' + json.dumps(dict(zip(("current", "next"), self.signing_keys)),
+                                                       ensure_ascii=False))
+        parts = [text.encode() for text in head] + [
+            b'"%s": [\n  %s\n ]' % (key.encode(), b",\n  ".join([item.lines for item in items.values()]))
+            if items else b'"%s": []' % key.encode() for key, items in (("urlGroups", self.url_groups),
+                                                                        ("queues", self.queues))]
+        return b"{" + b",\n ".join(parts) + b"}"
+
+
+@dataclass(frozen=True)
+class Store:
+    """Every account of one loaded data file, found by the SHA-256 digest of its token."""
+
+    accounts: tuple[Account, ...]
+    single_account: bool = False  # the file holds one account ({"urlGroups": ..., "queues": ...})
+    fallback_used: bool = False  # ... served with the fallback token, as no token was given (see parse)
+    by_digest: Mapping[bytes, Account] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_digest", {account.token_sha256: account for account in self.accounts})
+
+    def find(self, token: bytes) -> Optional[Account]:
+        """Return the account whose token is ``token``, or None, by its SHA-256: timing tells a probe no token."""
+        return self.by_digest.get(hashlib.sha256(token).digest())
+
+    def with_account(self, old: Account, new: Account) -> "Store":
+        """Return this store with ``new`` in place of ``old``."""
+        accounts = list(self.accounts)
+        accounts[accounts.index(old)] = new
+        return dataclasses.replace(self, accounts=tuple(accounts))
+
+    def lines(self) -> bytes:
+        """The data file of this store: the bytes of each account, encoded once, and a line between."""
+        if self.single_account:
+            return self.accounts[0].lines + b"\n"
+        return b'{"accounts": [\n' + b",\n".join([account.lines for account in self.accounts]) + b"\n]}\n"
+
+    def warnings(self, source: str) -> list[str]:
+        """Return what looks wrong in a valid file, one line each: no account, times in seconds."""
+        if not self.accounts:
+            return ["%s: warning: no account at all: every request will get 401" % source]
+        early = ["%s%s[%d].%s" % ("" if self.single_account else "accounts[%d]." % i, key, j, name)  # before 2001
+                 for i, account in enumerate(self.accounts) for key, kind, _ in ARRAYS
+                 for j, item in enumerate(cast("Mapping[str, Item]", getattr(account, kind)).values())
+                 for name, value in (("createdAt", item.created_at), ("updatedAt", item.updated_at))
+                 if 0 < value < _YEAR_2001_MS]
+        more = " (and %d more)" % (len(early) - 1) if len(early) > 1 else ""
+        return ["%s: warning: %s%s looks like seconds, not milliseconds (before 2001 as milliseconds)"
+                % (source, early[0], more)] if early else []
+
+    def summary(self) -> str:
+        """Return "N accounts, N URL groups, N queues"."""
+        counts = (len(self.accounts), sum(len(account.url_groups) for account in self.accounts),
+                  sum(len(account.queues) for account in self.accounts))
+        return ", ".join("%d %s%s" % (n, noun, "" if n == 1 else "s")
+                         for n, noun in zip(counts, ("account", "URL group", "queue")))
+
+
 # ---- Loading: parse and check ---------------------------------------------------------------------
 def load(path: str, token: Optional[str], fallback: Optional[str] = None,
          max_size: int = DEFAULT_MAX_SIZE) -> Store:
@@ -250,11 +351,14 @@ def load(path: str, token: Optional[str], fallback: Optional[str] = None,
     return parse(read(path, max_size)[0], path, token, fallback)
 
 
-def parse(raw: bytes, source: str, token: Optional[str], fallback: Optional[str] = None) -> Store:
+def parse(raw: bytes, source: str, token: Optional[str], fallback: Optional[str] = None,
+          known: Optional[Iterator[Any]] = None, built: Optional[list[Any]] = None) -> Store:
     """Validate the JSON document ``raw`` (``source`` names it).  A one-account file gets ``token``, else
-    ``fallback`` (then ``fallback_used``), else TokenMissing."""
-    checker = _Checker()
+    ``fallback`` (then ``fallback_used``), else TokenMissing.  ``known`` and ``built``: see DataFile._parse."""
+    checker = _Checker(known, built)
     accounts = checker.document(_json(raw, source), fallback if token is None else token)
+    if known is not None and next(known, None) is not None:
+        checker.faults.append("(known items left over)")
     if checker.faults:
         lines = ["%s: %s" % (source, fault) for fault in checker.faults[:MAX_FAULTS]]
         if len(checker.faults) > MAX_FAULTS:
@@ -274,7 +378,15 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """An object as json.loads builds it, and the keys it gave more than once under _TWICE (not JSON's)."""
     value = dict(pairs)
     if len(value) < len(pairs):
-        value[_TWICE] = sorted({key for key, _ in pairs if sum(key == k for k, _ in pairs) > 1})
+        value[_TWICE] = sorted(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
+    return value
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object as json.loads builds it, or ValueError naming a key it gives twice (an object_pairs_hook)."""
+    value = dict(pairs)
+    if len(value) < len(pairs):
+        raise ValueError(next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1))
     return value
 
 
@@ -303,12 +415,14 @@ def _json(raw: bytes, source: str) -> Any:
 
 
 class _Checker:
-    """Turns the parsed document into dataclasses, judging each value once by the rules above and noting every
-    fault; a place (``accounts[1].queues[3].lag``) is spelled out only for a fault."""
+    """Turns the parsed document into dataclasses, judging each value once by its field's rule and noting every
+    fault; a place (``accounts[1].queues[3].lag``) is spelled out only for a fault.  ``known``: the items that
+    stand for the 0s of a document whose lines the DataFile knew (see DataFile._parse), in order."""
 
-    def __init__(self) -> None:
+    def __init__(self, known: Optional[Iterator[Any]] = None, built: Optional[list[Any]] = None) -> None:
         self.faults: list[str] = []
         self.single_account = False
+        self.known, self.built = known, built  # built: each queue and endpoint made here, if not None
 
     def fault(self, array: str, i: Optional[int], key: Optional[str], message: str) -> None:
         """Note a fault at the place of ``key`` in element ``i`` of ``array`` (either may be None)."""
@@ -325,26 +439,28 @@ class _Checker:
                 if key != "accounts":
                     self.fault("(top level)", None, key, "unknown key next to 'accounts' (a file lists accounts, "
                                "or holds 'urlGroups' and 'queues' of one account, not both)")
-            built = self.each(value["accounts"], "accounts", self.account, {})
+            digests: dict[bytes, int] = {}
+            built = [self.account(v, "accounts", i, digests) for i, v in enumerate(self.each(value["accounts"],
+                                                                                            "accounts"))]
             return tuple(account for account in built if account is not None)
         top = self.fields(value, "(top level)", None, "(top level)")
         if top is None:
             return ()
         self.single_account = True
         digest = b"" if token is None else hashlib.sha256(token.encode()).digest()
-        return (self.collections(top, "", digest),)
+        return (self.collections(top, "", digest, None),)
 
-    def each(self, value: Any, array: str, build: Callable[..., Any], seen: dict[Any, int]) -> tuple[Any, ...]:
-        """Build every element of the array ``value`` (one with a fault becomes None: never served)."""
+    def each(self, value: Any, array: str) -> list[Any]:
+        """The array ``value``, or [] and a fault if it is not one."""
         if type(value) is not list:
             self.fault(array, None, None, "expected an array, got %s" % _show(value))
-            return ()
-        return tuple([build(item, array, i, seen) for i, item in enumerate(value)])
+            return []
+        return value
 
-    def fields(self, value: Any, array: str, i: Optional[int], kind: str) -> Any:
+    def fields(self, value: Any, array: str, i: Optional[int], kind: Any) -> Any:
         """Return ``value`` if it is an object; say which of its keys are unknown, missing or given twice."""
-        required, known = _KEYS[kind]
-        if type(value) is dict and required <= value.keys() <= known:
+        required, optional = KEYS[kind]
+        if type(value) is dict and value.keys() >= set(required) and value.keys() <= set(required + optional):
             return value
         if type(value) is not dict:
             self.fault(array, i, None, "expected an object, got %s" % _show(value))
@@ -353,44 +469,66 @@ class _Checker:
             if key is _TWICE:
                 for twice in value[_TWICE]:
                     self.fault(array, i, twice, "given twice in one object (only one is allowed)")
-            elif key not in known:
-                expected = ", ".join("'%s'" % name for name in FIELDS[kind][0] + FIELDS[kind][1])
+            elif key not in required + optional:
+                expected = ", ".join("'%s'" % name for name in required + optional)
                 self.fault(array, i, key, "unknown key (expected %s)" % expected)
-        for key in FIELDS[kind][0]:
+        for key in required:
             if key not in value:
                 self.fault(array, i, key, "missing")
         return value  # what is there is judged too: every fault of an item is reported
 
-    def whole(self, item: dict[str, Any], array: str, i: int, key: str) -> Optional[int]:
-        """Return the value of ``key`` if it is whole (see is_whole), else None and say why (unless missing)."""
-        value = item.get(key, _MISSING)
-        if is_whole(value):
-            return cast(int, value)
-        if value is not _MISSING:
-            self.fault(array, i, key, "expected an integer from 0 to 2**53 - 1, got %s" % _show(value))
-        return None
-
-    def times(self, item: dict[str, Any], array: str, i: int) -> None:
-        created, updated = self.whole(item, array, i, "createdAt"), self.whole(item, array, i, "updatedAt")
-        if created is not None and updated is not None and created > updated:
-            self.fault(array, i, "updatedAt", "expected a time not before createdAt (%d), got %d" % (created, updated))
-
-    def name(self, item: dict[str, Any], array: str, i: int, seen: dict[str, int], rule: Callable[[Any], bool]) -> Any:
-        """Return the item's name if it keeps ``rule`` (is_name or is_text) and is new in the array, else None."""
-        value = item.get("name", _MISSING)
-        if rule(value) and value not in seen:
-            seen[value] = i
-            return value
-        if value is _MISSING:
+    def item(self, value: Any, array: str, i: int, cls: Any, seen: dict[str, int]) -> Any:
+        """Build the item of kind ``cls`` at ``array[i]`` by its schema, or note its faults and return None."""
+        if type(value) is int and self.known is not None:  # a line the DataFile knew: its item, checked already
+            known: Any = next(self.known, None)
+            if type(known) is not cls:
+                self.fault(array, i, None, "(a known line out of place)")
+                return None
+            name, rule = known.name, is_text if cls is Endpoint else is_name
+            return known if name is None or self.name(name, array, i, seen, rule) else None
+        item = self.fields(value, array, i, cls)
+        if item is None:
             return None
-        if type(value) is not str or not value:
-            self.fault(array, i, "name", "expected a non-empty string, got %s" % _show(value))
-        elif not rule(value):
-            self.fault(array, i, "name", "expected %s, got %s" % (NAME_RULE if rule is is_name else
-                       "printable characters (no control characters, line breaks or lone surrogates)", _show(value)))
-        else:
+        values: dict[str, Any] = {}
+        good = True
+        for attr, key, rule, required in SCHEMA[cls]:
+            found = item.get(key, _MISSING)
+            if found is _MISSING:
+                good = good and not required
+            elif isinstance(rule, type):  # an array of items
+                where, names = "%s[%d].%s" % (array, i, key), cast("dict[str, int]", {})
+                values[attr] = tuple([self.item(v, where, j, rule, names) for j, v in enumerate(self.each(
+                    found, where))])
+                good = good and None not in values[attr]
+            elif key == "name":
+                good = self.name(found, array, i, seen, rule) and good
+                values[attr] = found
+            elif rule(found):
+                values[attr] = found
+                if key == "updatedAt" and values.get("created_at", -1) > found:
+                    self.fault(array, i, key, "expected a time not before createdAt (%d), got %d"
+                               % (values["created_at"], found))
+                    good = False
+            else:
+                self.fault(array, i, key, "expected %s, got %s" % (EXPECTED[rule], _show(found)))
+                good = False
+        if not good:
+            return None
+        made = cls(**values)
+        if self.built is not None and cls is not UrlGroup:
+            self.built.append(made)
+        return made
+
+    def name(self, value: Any, array: str, i: int, seen: dict[str, int], rule: Callable[[Any], bool]) -> bool:
+        """Tell whether an item's name keeps its rule and is new in its array (noting it), else say why not."""
+        if rule(value):
+            if seen.setdefault(value, i) == i:
+                return True
             self.fault(array, i, "name", "duplicate name %s (also at %s[%d].name)" % (_show(value), array, seen[value]))
-        return None
+        else:
+            self.fault(array, i, "name", "expected %s, got %s" % ("a non-empty string" if type(
+                value) is not str or not value else EXPECTED[rule], _show(value)))
+        return False
 
     def account(self, value: Any, array: str, i: int, digests: dict[bytes, int]) -> Optional[Account]:
         item = self.fields(value, array, i, "accounts")
@@ -401,7 +539,8 @@ class _Checker:
             return None
         if digests.setdefault(digest, i) != i:
             self.fault(array, i, None, "same token as %s[%d]" % (array, digests[digest]))
-        return self.collections(item, "%s[%d]." % (array, i), digest)
+        credential = ("token", item["token"]) if "token" in item else ("tokenSha256", item["tokenSha256"])
+        return self.collections(item, "%s[%d]." % (array, i), digest, credential)
 
     def token(self, item: dict[str, Any], array: str, i: int) -> Optional[bytes]:
         if ("token" in item) == ("tokenSha256" in item):
@@ -423,11 +562,14 @@ class _Checker:
             return None
         return bytes.fromhex(value)
 
-    def collections(self, item: dict[str, Any], prefix: str, digest: bytes) -> Account:
-        # The names seen while checking each array become the account's index by name.
-        names: dict[str, dict[str, int]] = {"url_groups": {}, "queues": {}}
-        groups = self.each(item.get("urlGroups", []), prefix + "urlGroups", self.url_group, names["url_groups"])
-        queues = self.each(item.get("queues", []), prefix + "queues", self.queue, names["queues"])
+    def collections(self, item: dict[str, Any], prefix: str, digest: bytes,
+                    credential: Optional[tuple[str, str]]) -> Account:
+        arrays = {}
+        for key, kind, cls in ARRAYS:
+            seen: dict[str, int] = {}
+            built = [self.item(v, prefix + key, i, cls, seen) for i, v in enumerate(self.each(item.get(key, []),
+                                                                                              prefix + key))]
+            arrays[kind] = {one.name: one for one in built if one is not None}
         keys, value = None, item.get("signingKeys")
         if value is not None and type(value) is not dict:  # never the value: signing keys are secrets
             self.fault(prefix + "signingKeys", None, None, "expected an object with 'current' and 'next'")
@@ -436,47 +578,7 @@ class _Checker:
                 if not is_text(value.get(key, "-")):  # missing is said already
                     self.fault(prefix + "signingKeys", None, key, "expected a non-empty printable string")
             keys = (value.get("current", ""), value.get("next", ""))
-        return Account(digest, groups, queues, names, keys)
-
-    def url_group(self, value: Any, array: str, i: int, seen: dict[str, int]) -> Optional[UrlGroup]:
-        item = self.fields(value, array, i, "urlGroups")
-        if item is None:
-            return None
-        created, updated, name = item.get("createdAt"), item.get("updatedAt"), item.get("name")
-        endpoints = self.each(item.get("endpoints", []), "%s[%d].endpoints" % (array, i), self.endpoint, {})
-        if is_whole(created) and is_whole(updated) and created <= updated and is_name(name) and name not in seen:
-            seen[name] = i
-            return UrlGroup(created, updated, name, endpoints)
-        self.times(item, array, i)  # a fault: say which, and where
-        self.name(item, array, i, seen, is_name)
-        return None
-
-    def endpoint(self, value: Any, array: str, i: int, seen: dict[str, int]) -> Optional[Endpoint]:
-        item = self.fields(value, array, i, "endpoints")
-        if item is None:
-            return None
-        url = item.get("url", _MISSING)
-        if not is_http_url(url) and url is not _MISSING:
-            self.fault(array, i, "url", "expected an absolute http or https URL, got %s" % _show(url))
-        return Endpoint(url, self.name(item, array, i, seen, is_text))  # None: no name (or a fault, said)
-
-    def queue(self, value: Any, array: str, i: int, seen: dict[str, int]) -> Optional[Queue]:
-        item = self.fields(value, array, i, "queues")
-        if item is None:
-            return None
-        created, updated, name = item.get("createdAt"), item.get("updatedAt"), item.get("name")
-        parallelism, lag, paused = item.get("parallelism"), item.get("lag"), item.get("paused", False)
-        if (is_whole(created) and is_whole(updated) and created <= updated and is_name(name) and name not in seen
-                and is_whole(parallelism) and is_whole(lag) and type(paused) is bool):
-            seen[name] = i
-            return Queue(created, updated, name, parallelism, lag, paused)
-        self.times(item, array, i)  # a fault: say which, and where
-        self.name(item, array, i, seen, is_name)
-        self.whole(item, array, i, "parallelism")
-        self.whole(item, array, i, "lag")
-        if type(paused) is not bool:
-            self.fault(array, i, "paused", "expected true or false, got %s" % _show(paused))
-        return None
+        return Account(digest, arrays["url_groups"], arrays["queues"], keys, credential)
 
 
 _MISSING: Any = object()  # a key the object does not have (its fault is said once, as missing)
@@ -569,13 +671,12 @@ def _signature(st: os.stat_result) -> Signature:
 
 # ---- Writing: the one writer, for writes and --record alike ---------------------------------------
 @contextlib.contextmanager
-def _locked(path: str, max_size: int) -> Iterator[tuple[str, bytes, os.stat_result]]:
+def _locked(path: str, deadline: float) -> Iterator[tuple[str, os.stat_result]]:
     """Hold every writer's lock (an exclusive ``flock`` on the symlink's target, taken again on a version replaced
-    meanwhile) for at most LOCK_TIMEOUT, and yield the target and its latest bytes and stat."""
+    meanwhile) until ``deadline`` at the most, and yield the target and its stat; or a DataError."""
     import fcntl  # POSIX only: writes need it, reads do not
 
-    target = os.path.realpath(path)
-    deadline, pause = time.monotonic() + LOCK_TIMEOUT, 0.001
+    target, pause = os.path.realpath(path), 0.001
     while True:
         fd = _open(target)
         try:
@@ -588,28 +689,23 @@ def _locked(path: str, max_size: int) -> Iterator[tuple[str, bytes, os.stat_resu
                 time.sleep(pause)
                 pause = min(pause * 2, 0.05)
                 continue
-            try:
-                st = os.fstat(fd)
-                raw = _read_open(fd, path, max_size)[0] if _stat(target) == _signature(st) else None
-            except OSError as exc:
-                raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
-            if raw is not None:  # else a writer replaced the file since it was opened: take the new one
-                yield target, raw, st
+            st = os.fstat(fd)
+            if _stat(target) == _signature(st):  # else a writer replaced the file since it was opened: take the new one
+                yield target, st
                 return
         finally:
             os.close(fd)  # lets go of the lock
 
 
-def _replace(target: str, raw: bytes, old: Optional[os.stat_result], source: str) -> Signature:
-    """Write ``raw`` beside ``target`` (fsync'd, with the old mode and owner), rename it over ``target`` and return
-    its signature: readers see the old version or the new.  The temporary file goes on every way out."""
+@contextlib.contextmanager
+def _written(target: str, raw: bytes, old: Optional[os.stat_result], source: str) -> Iterator[Callable[[], Signature]]:
+    """Write ``raw`` to a temporary file of its own beside ``target`` (fsync'd, with the old mode and owner) and yield
+    the function that renames it over ``target`` and returns its signature: readers see the old version or the new.
+    The temporary file goes on every way out unless it was renamed."""
     directory, name = os.path.split(target)
-    temporary = os.path.join(directory, ".%s.qstash-lists-tmp" % name)  # one name: a leftover is reused
-    fd = -1
+    fd, temporary = -1, ""
     try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temporary)
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+        fd, temporary = tempfile.mkstemp(prefix=".%s." % name, suffix=".qstash-lists-tmp", dir=directory or ".")
         if old is not None:
             os.fchmod(fd, stat.S_IMODE(old.st_mode))
             with contextlib.suppress(PermissionError):  # only root can give a file away
@@ -618,60 +714,55 @@ def _replace(target: str, raw: bytes, old: Optional[os.stat_result], source: str
         while view:
             view = view[os.write(fd, view):]
         os.fsync(fd)
-        os.replace(temporary, target)
-        temporary = ""  # renamed: nothing to remove
-        with contextlib.suppress(OSError):  # the rename itself on disk: best effort (not every file system)
-            dir_fd = os.open(directory or ".", os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        return _signature(os.fstat(fd))
+
+        def rename() -> Signature:
+            nonlocal temporary
+            os.replace(temporary, target)
+            temporary = ""  # renamed: nothing to remove
+            return _signature(os.fstat(fd))
+
+        yield rename
+        if not temporary:
+            with contextlib.suppress(OSError):  # the rename itself on disk: best effort (not every file system)
+                dir_fd = os.open(directory or ".", os.O_RDONLY)
+                try:
+                    os.fsync(dir_fd)
+                finally:
+                    os.close(dir_fd)
     except OSError as exc:
         raise DataError(["%s: cannot write: %s (%s); it is unchanged" % (source, exc.strerror or exc,
                                                                         exc.filename or target)]) from None
     finally:
         if fd >= 0:
             os.close(fd)
-        if temporary:  # not renamed: the temporary file goes
+        if temporary:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
 
 
-def _dump(document: Any, source: str, max_size: int) -> bytes:
-    """The bytes of ``document`` as a data file of at most ``max_size``: a queue or endpoint a line, by the json
-    module's C encoder (its indenting one is pure Python: three times as slow at 10,000 queues)."""
-    def pretty(value: Any, depth: int) -> str:
-        if not isinstance(value, (dict, list)) or not any(isinstance(v, (dict, list)) for v in (
-                value.values() if isinstance(value, dict) else value)):
-            return json.dumps(value, ensure_ascii=False)
-        pad, (opening, closing) = "\n" + "  " * (depth + 1), ("[", "]") if isinstance(value, list) else ("{", "}")
-        inner = [json.dumps(k, ensure_ascii=False) + ": " + pretty(v, depth + 1) for k, v in value.items()] \
-            if isinstance(value, dict) else [pretty(v, depth + 1) for v in value]
-        return opening + pad + ("," + pad).join(inner) + "\n" + "  " * depth + closing
-
-    raw = (pretty(document, 0) + "\n").encode()
-    if len(raw) > max_size:
-        raise TooLarge(["%s: would be %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE); it is unchanged"
-                        % (source, megabytes(len(raw)), megabytes(max_size))])
-    return raw
+def _too_large(source: str, size: int, max_size: int) -> TooLarge:
+    return TooLarge(["%s: would be %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE); it is unchanged"
+                     % (source, megabytes(size), megabytes(max_size))])
 
 
 def record(path: str, document: dict[str, Any], token: str, max_size: int = DEFAULT_MAX_SIZE) -> Store:
     """Check ``document`` as a one-account file for ``token`` and write it to ``path``; or DataError, file unchanged."""
-    raw = _dump(document, path, max_size)
-    loaded = parse(raw, path, token)
-    if not os.path.lexists(path):
-        _replace(os.path.realpath(path), raw, None, path)
-    else:
-        with _locked(path, max_size) as (target, _, old):
-            _replace(target, raw, old, path)
+    loaded = parse(encode(document), path, token)
+    raw = loaded.lines()
+    if len(raw) > max_size:
+        raise _too_large(path, len(raw), max_size)
+    with contextlib.ExitStack() as stack:
+        target, old = os.path.realpath(path), None
+        if os.path.lexists(path):
+            target, old = stack.enter_context(_locked(path, time.monotonic() + LOCK_TIMEOUT))
+        with _written(target, raw, old, path) as rename:
+            rename()
     return loaded
 
 
 def from_api(item: dict[str, Any], kind: str, dropped: set[str]) -> dict[str, Any]:
     """The fields of one of QStash's answers that a data file holds; the names of the others go into ``dropped``."""
-    required, optional = FIELDS[kind]
+    required, optional = KEYS[{"urlGroups": UrlGroup, "queues": Queue, "endpoints": Endpoint}[kind]]
     kept = {key: value for key, value in item.items() if key in required + optional}
     dropped.update("%s.%s" % (kind, key) for key in item if key not in kept)
     if kind == "urlGroups" and type(kept.get("endpoints")) is list:
@@ -681,85 +772,61 @@ def from_api(item: dict[str, Any], kind: str, dropped: set[str]) -> dict[str, An
     return kept
 
 
-# ---- The changes a write makes to one account's object in the document ---------------------------
-# Each returns what it did, for the access log ("no such queue" when there is nothing to change),
-# and whether the file changes.  Times are Unix milliseconds; updatedAt never before createdAt.
-Change = tuple[str, bool]
-
-
-def _find(items: list[dict[str, Any]], name: str) -> Optional[dict[str, Any]]:
-    return next((item for item in items if item.get("name") == name), None)
-
-
-def upsert_queue(account: dict[str, Any], now: int, name: str, parallelism: int, paused: Optional[bool]) -> Change:
-    """Create the queue ``name``, or update its parallelism and (if given) paused; createdAt is kept."""
-    queue = _find(account.setdefault("queues", []), name)
+# ---- The changes a write makes to one item ---------------------------------------------------------
+# Each takes the item as it is (None: there is none) and the time (Unix milliseconds), and returns the item as it
+# is to be (None: removed; the same object: nothing to write) and what it did, for the access log ("no such
+# queue" when there is nothing to change).  updatedAt never before createdAt; each costs what the item holds.
+def upsert_queue(queue: Optional[Queue], now: int, name: str, parallelism: Optional[int],
+                 paused: Optional[bool]) -> tuple[Optional[Item], str]:
+    """Create the queue ``name`` (parallelism 1 if not given), or update what is given of it; createdAt is kept."""
     if queue is None:
-        account["queues"].append({"createdAt": now, "updatedAt": now, "name": name, "parallelism": parallelism,
-                                  "lag": 0, "paused": bool(paused)})
-        return "queue created", True
-    queue.update(updatedAt=max(now, queue["createdAt"]), parallelism=parallelism)
-    queue["paused"] = queue.get("paused", False) if paused is None else paused
-    return "queue updated", True
+        return Queue(now, now, name, 1 if parallelism is None else parallelism, 0, bool(paused)), "queue created"
+    return dataclasses.replace(queue, updated_at=max(now, queue.created_at), parallelism=(
+        queue.parallelism if parallelism is None else parallelism), paused=queue.paused if paused is None else
+        paused), "queue updated"
 
 
-def pause_queue(account: dict[str, Any], now: int, name: str, paused: bool) -> Change:
-    """Pause or resume the queue ``name``: a change only if it was not already so."""
-    queue = _find(account.get("queues", []), name)
+def pause_queue(queue: Optional[Queue], now: int, paused: bool) -> tuple[Optional[Item], str]:
+    """Pause or resume a queue: a change only if it was not already so."""
     if queue is None:
-        return "no such queue", False
-    if queue.get("paused", False) == paused:
-        return "already " + ("paused" if paused else "running"), False
-    queue.update(updatedAt=max(now, queue["createdAt"]), paused=paused)
-    return "paused" if paused else "resumed", True
+        return None, "no such queue"
+    if queue.paused == paused:
+        return queue, "already " + ("paused" if paused else "running")
+    return dataclasses.replace(queue, updated_at=max(now, queue.created_at), paused=paused), (
+        "paused" if paused else "resumed")
 
 
-def delete_item(account: dict[str, Any], now: int, kind: str, name: str) -> Change:
-    """Delete the URL group or queue ``name`` (``kind`` "urlGroups" or "queues"): nothing to do if there is none."""
-    item = _find(account.get(kind, []), name)
-    if item is None:
-        return "not there", False
-    account[kind].remove(item)
-    return "deleted", True
+def delete_item(item: Optional[Item], now: int) -> tuple[Optional[Item], str]:
+    """Delete a URL group or queue: nothing to do if there is none."""
+    return None, "deleted" if item is not None else "not there"
 
 
-def add_endpoints(account: dict[str, Any], now: int, name: str, endpoints: list[dict[str, str]]) -> Change:
-    """Add ``endpoints`` to the URL group ``name``, creating it: a named one replaces the one of its name,
-    an unnamed one is added unless the group has the same URL without a name."""
-    group = _find(account.setdefault("urlGroups", []), name)
-    if group is None:
-        group = {"createdAt": now, "updatedAt": now, "name": name, "endpoints": []}
-        account["urlGroups"].append(group)
-    have = group["endpoints"]
-    for endpoint in endpoints:  # in place of the same one, or else at the end
-        i = next((i for i, e in enumerate(have) if e.get("name") == endpoint.get("name")
-                  and ("name" in endpoint or e["url"] == endpoint["url"])), len(have))
+def add_endpoints(group: Optional[UrlGroup], now: int, name: str,
+                  endpoints: list[Endpoint]) -> tuple[Optional[Item], str]:
+    """Add ``endpoints`` to the URL group ``name``, creating it: a named one replaces the one of its name, an
+    unnamed one is added unless the group has the same URL without a name (found by an index, not a search)."""
+    have = list(group.endpoints) if group is not None else []
+    where = {(e.name, e.url if e.name is None else None): i for i, e in enumerate(have)}
+    for endpoint in endpoints:
+        i = where.setdefault((endpoint.name, endpoint.url if endpoint.name is None else None), len(have))
         have[i:i + 1] = [endpoint]
-    group["updatedAt"] = max(now, group["createdAt"])
-    return "endpoints added", True
+    created = now if group is None else group.created_at
+    return UrlGroup(created, max(now, created), name, tuple(have)), "endpoints added"
 
 
-def remove_endpoints(account: dict[str, Any], now: int, name: str, endpoints: list[dict[str, str]]) -> Change:
-    """Remove each endpoint that has every field given from the URL group ``name``, deleting it if left empty."""
-    group = _find(account.get("urlGroups", []), name)
+def remove_endpoints(group: Optional[UrlGroup], now: int, gone: list[dict[str, str]]) -> tuple[Optional[Item], str]:
+    """Remove each endpoint that has every field given (a url, a name, or both), deleting the group if left empty."""
     if group is None:
-        return "no such URL group", False
-    kept = [e for e in group["endpoints"] if not any(all(e.get(k) == v for k, v in gone.items()) for gone in endpoints)]
-    if len(kept) == len(group["endpoints"]):
-        return "no endpoint matched", False
+        return None, "no such URL group"
+    names, urls = {g["name"] for g in gone if "url" not in g}, {g["url"] for g in gone if "name" not in g}
+    both = {(g["name"], g["url"]) for g in gone if len(g) == 2}
+    kept = tuple(e for e in group.endpoints
+                 if e.name not in names and e.url not in urls and (e.name, e.url) not in both)
+    if len(kept) == len(group.endpoints):
+        return group, "no endpoint matched"
     if not kept:
-        account["urlGroups"].remove(group)
-        return "endpoints removed, URL group deleted", True
-    group.update(updatedAt=max(now, group["createdAt"]), endpoints=kept)
-    return "endpoints removed", True
-
-
-def _account_of(document: dict[str, Any], digest: bytes) -> Optional[dict[str, Any]]:
-    """The object in ``document`` of the account whose token's digest is ``digest`` (the one-account form: it)."""
-    if "accounts" not in document:
-        return document
-    checker = _Checker()  # of a file that loads: each account has a good token or digest
-    return next((a for i, a in enumerate(document["accounts"]) if checker.token(a, "accounts", i) == digest), None)
+        return None, "endpoints removed, URL group deleted"
+    return dataclasses.replace(group, updated_at=max(now, group.created_at), endpoints=kept), "endpoints removed"
 
 
 # ---- Watching: the snapshot in service ------------------------------------------------------------
@@ -771,25 +838,31 @@ class Status(NamedTuple):
     failed_at: Optional[float] = None  # since when the file on disk is not what is served (a failed look)
 
 
-class DataFile(Generic[T]):
-    """The last good snapshot of a data file that may change while it is served, and its one writer.
+Change = Callable[..., tuple[Optional[Item], str]]
+
+
+class DataFile:
+    """The last good :class:`Store` of a data file that may change while it is served, and its one writer.
 
     A reloader thread looks at the file's signature every ``interval`` seconds (or when woken), builds a
-    changed version with ``build(raw)`` aside and puts it in service whole; a fault is logged when it starts
-    and ends, and the last good snapshot stays.  Each process has its own reloader, started by a child's
-    first call (see after_fork).  The first load raises DataError if ``required``; else :meth:`current` is
-    None until a good version appears.  ``writable``: :meth:`update` writes the file, and :meth:`current`
-    first looks whether another process has, so that every next read sees a write.
+    changed version aside and puts it in service whole; a fault is logged when it starts and ends, and the last
+    good version stays.  Each process has its own reloader, started by a child's first call (see after_fork).
+    ``token`` and ``fallback``: see :func:`parse`.  The first load raises DataError if ``required``; else
+    :meth:`current` is None until a good version appears.  ``writable``: :meth:`update` writes the file, and
+    :meth:`current` first looks whether another process has, so that every next read sees a write.
     """
 
-    def __init__(self, path: str, build: Callable[[bytes], T], interval: float = 1.0, *,
-                 max_size: int = DEFAULT_MAX_SIZE, required: bool = True, writable: bool = False) -> None:
+    def __init__(self, path: str, token: Optional[str] = None, interval: float = 1.0, *,
+                 fallback: Optional[str] = None, max_size: int = DEFAULT_MAX_SIZE, required: bool = True,
+                 writable: bool = False, limits: Limits = DEFAULT_LIMITS) -> None:
         if interval <= 0:
             raise ValueError("interval must be positive")
-        self.path, self.interval, self.max_size, self.writable = path, interval, max_size, writable
-        self._build = build
-        #: The signature of the version last judged, the snapshot in service and its Status: one owner, _put.
-        self._state: tuple[Optional[Signature], Optional[T], Status] = (None, None, Status())
+        self.path, self.interval, self.max_size, self.writable, self.limits = path, interval, max_size, writable, limits
+        self._token, self._fallback = token, fallback
+        #: The signature of the version last judged, the store in service and its Status: one owner, _put.
+        self._state: tuple[Optional[Signature], Optional[Store], Status] = (None, None, Status())
+        #: Each queue's and endpoint's line in the data file, as a writer writes it -> the item (see _parse).
+        self._known: Optional[dict[bytes, Any]] = None
         self._fault: Optional[str] = None  # the first line of the fault last logged, until it ends
         self._closed = self._forked = False
         self._lock, self._writing = threading.Lock(), threading.Lock()  # writing: one write at a time here
@@ -801,8 +874,8 @@ class DataFile(Generic[T]):
         self._start()
         _open_files.add(self)
 
-    def current(self) -> Optional[T]:
-        """Return the newest good snapshot (None only if there has never been one)."""
+    def current(self) -> Optional[Store]:
+        """Return the newest good store (None only if there has never been one)."""
         if self._forked:
             self._adopt()
         if self.writable and _stat(self.path) != self._state[0]:
@@ -841,34 +914,119 @@ class DataFile(Generic[T]):
             self._report(fault)
             return False
 
-    def update(self, digest: bytes, change: Callable[[dict[str, Any], int], Change]) -> Change:
-        """Apply ``change`` to the account ``digest`` in the latest version, write it whole and serve it; raise
-        Conflict (the file does not load: kept), TooLarge, LookupError (no such account) or DataError."""
-        with self._writing, _locked(self.path, self.max_size) as (target, raw, old):
-            if _signature(old) != self._state[0] or self._state[2].failed_at is not None:  # never overwrite a bad one
+    def update(self, digest: bytes, kind: str, name: str, change: Change, *args: Any) -> str:
+        """Make ``change(item, now, *args)`` to the item ``name`` of ``kind`` ("queues" or "url_groups") of the account
+        ``digest`` in the latest version of the file, write it whole and serve it; return what it did.  Raises
+        LookupError (no such account), LimitReached, TooLarge, Conflict (a version on disk that does not load: kept)
+        or DataError (the file locked by another writer for LOCK_TIMEOUT, or not writable)."""
+        deadline = time.monotonic() + LOCK_TIMEOUT
+        if not self._writing.acquire(timeout=LOCK_TIMEOUT):
+            raise DataError(["%s: the writes before this one took over %g s; nothing was written"
+                             % (self.path, LOCK_TIMEOUT)])
+        try:
+            with _locked(self.path, deadline) as (target, old):
+                for _ in range(WRITE_ATTEMPTS):
+                    signature, store = self._latest()
+                    account = store.by_digest.get(digest)
+                    if account is None:
+                        raise LookupError("no such account")
+                    item = account.item(kind, name)
+                    new, did = change(item, int(time.time() * 1000), *args)
+                    if new is item:
+                        return did
+                    changed = self._check(store, account, kind, item, new, name)
+                    fresh = store.with_account(account, changed)
+                    raw = fresh.lines()
+                    if len(raw) > self.max_size:
+                        raise _too_large(self.path, len(raw), self.max_size)
+                    with _written(target, raw, old, self.path) as rename:
+                        with self._lock:  # a read here waits for the rename, then has this version
+                            if _stat(self.path) == signature:  # else saved by hand meanwhile: the change again on it
+                                self._put(rename(), fresh, raw)
+                                self._learn([new])
+                                return did
+                raise Conflict(["%s: saved by another hand %d times while a write was made; nothing was written"
+                                % (self.path, WRITE_ATTEMPTS)])
+        finally:
+            self._writing.release()
+
+    def _latest(self) -> tuple[Optional[Signature], Store]:
+        """The version on disk and its store (a writer's lock held): the one in service, or the file read again."""
+        with self._lock:
+            signature, store, status = self._state
+            if _stat(self.path) != signature or status.failed_at is not None or store is None:
+                raw, signature = read(self.path, self.max_size)
                 try:
-                    self._build(raw)
-                except DataError as exc:
+                    store = self._parse(raw)
+                except DataError as exc:  # never overwrite a version that does not load
                     raise Conflict(exc.faults) from None
-            document = json.loads(raw)
-            account = _account_of(document, digest)
-            if account is None:
-                raise LookupError("no such account")
-            outcome = change(account, int(time.time() * 1000))
-            if outcome[1]:
-                new = _dump(document, self.path, self.max_size)
-                snapshot = self._build(new)
-                signature = _replace(target, new, old, self.path)
-                with self._lock:
-                    self._put(signature, snapshot, new)
-            return outcome
+                self._put(signature, store, raw)
+            return signature, store
+
+    def _check(self, store: Store, account: Account, kind: str, item: Optional[Item], new: Optional[Item],
+               name: str) -> Account:
+        """The account with ``new`` in place of ``item``, or LimitReached or TooLarge if it is over the limits: they
+        bound what writes create (an account that holds more may keep it, or shrink)."""
+        items, limits = getattr(account, kind), self.limits
+        if item is None and len(items) >= limits.items:
+            raise LimitReached(["this account has %d %s, the most a write may make (--max-items)"
+                                % (len(items), "URL groups" if kind == "url_groups" else "queues")])
+        have = len(item.endpoints) if isinstance(item, UrlGroup) else 0
+        if isinstance(new, UrlGroup) and len(new.endpoints) > max(limits.endpoints, have):
+            raise LimitReached(["a URL group may have %d endpoints at the most (--max-endpoints)" % limits.endpoints])
+        changed = account.with_item(kind, name, new)
+        share = self.max_size // len(store.accounts)
+        if len(changed.lines) > max(share, len(account.lines)):  # no account takes the room of the others
+            raise TooLarge(["%s: this account would be %s, over its share of --max-size (%s of %s, shared by %d "
+                            "accounts); it is unchanged" % (self.path, megabytes(len(changed.lines)),
+                                                             megabytes(share), megabytes(self.max_size),
+                                                             len(store.accounts))])
+        return changed
+
+    def _parse(self, raw: bytes) -> Store:
+        """Build the store of ``raw``, reusing each queue and endpoint whose line the data file had as a writer wrote
+        it: a version another process wrote costs a look-up a line and the parsing of what it changed.  Each such
+        line is read as a 0 that stands for its item (see _Checker.item); anything else makes it a whole parse."""
+        store = self._state[1]
+        if store is not None and self._known is None:
+            self._known = {}
+            self._learn([item for account in store.accounts for item in account.queues.values()] +
+                        [group for account in store.accounts for group in account.url_groups.values()])
+        known, found = self._known or {}, []
+        built: list[Any] = []
+        lines = raw.split(b"\n")
+        for i, line in enumerate(lines):
+            item = known.get(line)
+            if item is not None:
+                found.append(item)
+                lines[i] = b"0,"
+        if found:
+            with contextlib.suppress(DataError):
+                store = parse(b"\n".join(lines), self.path, self._token, self._fallback, iter(found), built)
+                if len(known) > 2 * len(lines):  # mostly lines of versions gone: built anew at the next look
+                    self._known = None
+                self._learn(built)
+                return store
+        self._known = None
+        return parse(raw, self.path, self._token, self._fallback)
+
+    def _learn(self, items: list[Any]) -> None:
+        """Note the line of each queue, and of each endpoint of each URL group, in ``items`` (see _parse)."""
+        if self._known is not None:
+            for item in items:
+                if isinstance(item, Queue):
+                    self._known[b"  %s," % item.raw] = item
+                elif isinstance(item, UrlGroup):
+                    self._known.update((b"    %s," % endpoint.raw, endpoint) for endpoint in item.endpoints)
+                elif isinstance(item, Endpoint):
+                    self._known[b"    %s," % item.raw] = item
 
     def _load(self) -> Optional[DataError]:
         """Read and build the file; return its fault, if any (callers hold the lock, or are the constructor)."""
         signature = None
         try:
             raw, signature = read(self.path, self.max_size)
-            self._put(signature, self._build(raw), raw)
+            self._put(signature, self._parse(raw), raw)
             return None
         except DataError as exc:
             fault = exc
@@ -879,9 +1037,9 @@ class DataFile(Generic[T]):
         self._state = (signature or fault.signature, self._state[1], self._state[2]._replace(failed_at=time.time()))
         return fault
 
-    def _put(self, signature: Optional[Signature], snapshot: T, raw: bytes) -> None:
-        """Put ``snapshot`` in service, with the signature and the bytes it was built from: the one place."""
-        self._state = (signature, snapshot, Status(hashlib.sha256(raw).hexdigest(), time.time()))
+    def _put(self, signature: Optional[Signature], store: Store, raw: bytes) -> None:
+        """Put ``store`` in service, with the signature and the bytes it was built from: the one place."""
+        self._state = (signature, store, Status(hashlib.sha256(raw).hexdigest(), time.time()))
         if self._fault is not None:
             logger.info("%s: good again", self.path)
             self._fault = None
@@ -917,7 +1075,7 @@ class DataFile(Generic[T]):
             self.refresh()
 
 
-def _reloader(ref: "weakref.ReferenceType[DataFile[Any]]", wake: threading.Event, interval: float) -> None:
+def _reloader(ref: "weakref.ReferenceType[DataFile]", wake: threading.Event, interval: float) -> None:
     """The loop of a DataFile's reloader thread: look every ``interval`` seconds or when woken, while it is open."""
     while True:
         force = wake.wait(interval)
@@ -932,7 +1090,7 @@ def _reloader(ref: "weakref.ReferenceType[DataFile[Any]]", wake: threading.Event
         del data  # wait without holding it
 
 
-_open_files: "weakref.WeakSet[DataFile[Any]]" = weakref.WeakSet()
+_open_files: "weakref.WeakSet[DataFile]" = weakref.WeakSet()
 
 
 def after_fork() -> None:

@@ -94,9 +94,9 @@ def test_keys_appear_in_no_log_repr_or_summary(tmp_path: Path, caplog: Any) -> N
     with caplog.at_level(logging.INFO, "qstash_lists"):
         call(app, "/v2/keys", headers=bearer(TOKEN_A))
         call(app, "/v2/keys", headers=bearer(TOKEN_B))
-    snapshot = data.current()
-    assert snapshot is not None
-    shown = caplog.text + repr(snapshot.store) + snapshot.store.summary()
+    loaded = data.current()
+    assert loaded is not None
+    shown = caplog.text + repr(loaded) + loaded.summary()
     assert SECRET_KEY not in shown
     assert run(["--check", "--data", str(path)])[1:] == ("%s: OK: 3 accounts, 1 URL group, 2 queues\n" % path, "")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, List, Tuple
 
 import pytest
-from helpers import ALPHA_GROUP, ALPHA_QUEUE, TOKEN_A, accounts_document, write_json
+from helpers import ALPHA_GROUP, ALPHA_QUEUE, TOKEN_A, accounts_document, served, write_json
 
 import store
 
@@ -233,13 +233,13 @@ def test_a_good_file_becomes_dataclasses(data_path: Path) -> None:
     loaded = store.load(str(data_path), None)
     a = loaded.accounts[0]
     assert a.token_sha256 == hashlib.sha256(TOKEN_A.encode()).digest()
-    assert a.url_groups[0] == store.UrlGroup(
+    assert a.url_groups["orders"] == store.UrlGroup(
         1700000000000, 1700000500000, "orders",
-        (store.Endpoint("https://billing.example.com/hook", "billing"), store.Endpoint("http://crm.example.com/hook")),
+        (store.Endpoint("billing", "https://billing.example.com/hook"), store.Endpoint(url="http://crm.example.com/hook")),
     )
-    assert a.queues[0] == store.Queue(1700000000000, 1700000000000, "emails", 2, 0, False)
-    assert json.loads(store.encode(a.url_groups)) == [ALPHA_GROUP]
-    assert json.loads(store.encode(a.queues)) == [ALPHA_QUEUE]
+    assert a.queues["emails"] == store.Queue(1700000000000, 1700000000000, "emails", 2, 0, False)
+    assert json.loads(store.array(a.url_groups)) == [ALPHA_GROUP]
+    assert json.loads(store.array(a.queues)) == [ALPHA_QUEUE]
     assert TOKEN_A not in repr(loaded) and a.token_sha256.hex() not in repr(loaded)
     assert "token_sha256" not in repr(loaded) and repr(a.token_sha256) not in repr(loaded)
     assert loaded.summary() == "3 accounts, 1 URL group, 2 queues"
@@ -250,7 +250,7 @@ def test_one_account_form_takes_the_given_token(tmp_path: Path) -> None:
     loaded = store.load(str(path), "t-1")
     assert loaded.find(b"t-1") is loaded.accounts[0]
     assert loaded.find(b"t-2") is None
-    assert store.load(str(write_json(tmp_path / "empty.json", {})), "t").accounts[0].queues == ()
+    assert store.load(str(write_json(tmp_path / "empty.json", {})), "t").accounts[0].queues == {}
     with pytest.raises(store.TokenMissing):
         store.load(str(path), None)
 
@@ -262,7 +262,7 @@ def test_edge_values_that_are_fine(tmp_path: Path) -> None:
         "queues": [dict(Q, createdAt=0, updatedAt=0, lag=2**53 - 1, name="a.B-9_z", paused=True)],
     }
     loaded = store.parse(b"\xef\xbb\xbf" + json.dumps(document).encode(), "data.json", "t")  # with a BOM
-    assert loaded.accounts[0].queues[0].lag == 2**53 - 1
+    assert loaded.accounts[0].queues["a.B-9_z"].lag == 2**53 - 1
 
 
 STRINGS = ["q", "", 'say "hi"', "back\\slash", "caf\u00e9", "名前", "\U0001f600", "</script>",
@@ -280,13 +280,15 @@ def test_encode_writes_the_bytes_json_dumps_would() -> None:
         queues.append(store.Queue(numbers[0], numbers[1], name, numbers[2], numbers[3], paused))
         expected_queues.append({"createdAt": numbers[0], "updatedAt": numbers[1], "name": name,
                                 "parallelism": numbers[2], "lag": numbers[3], "paused": paused})
-        endpoints = [store.Endpoint("https://e.example/" + rng.choice(STRINGS), rng.choice([None, *STRINGS]))
+        endpoints = [store.Endpoint(rng.choice([None, *STRINGS]), "https://e.example/" + rng.choice(STRINGS))
                      for _ in range(rng.randrange(3))]
         groups.append(store.UrlGroup(numbers[0], numbers[1], name, tuple(endpoints)))
         expected_groups.append({"createdAt": numbers[0], "updatedAt": numbers[1], "name": name, "endpoints": [
             {"url": e.url} if e.name is None else {"name": e.name, "url": e.url} for e in endpoints]})
     for items, expected in ((queues, expected_queues), (groups, expected_groups), ([], [])):
-        assert store.encode(items) == json.dumps(expected, ensure_ascii=False, separators=(",", ":")).encode()
+        dumped = json.dumps(expected, ensure_ascii=False, separators=(",", ":")).encode()
+        assert store.encode(items) == dumped
+        assert store.array({str(i): item for i, item in enumerate(items)}) == dumped  # type: ignore[misc]
 
 
 def test_an_unreadable_file_is_one_line(tmp_path: Path) -> None:
@@ -333,13 +335,13 @@ def _assert_follows_the_rules(account: store.Account) -> None:
     def count(value: Any) -> bool:
         return type(value) is int and 0 <= value <= 2**53 - 1
 
-    for things in (account.queues, account.url_groups):
+    for things in (list(account.queues.values()), list(account.url_groups.values())):
         names = [thing.name for thing in things]
         assert len(set(names)) == len(names) and all(type(n) is str and n and n.isprintable() for n in names)
         assert all(count(t.created_at) and count(t.updated_at) and t.created_at <= t.updated_at for t in things)
-    assert all(count(q.parallelism) and count(q.lag) and type(q.paused) is bool for q in account.queues)
-    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+", queue.name) for queue in account.queues)
-    for group in account.url_groups:
+    assert all(count(q.parallelism) and count(q.lag) and type(q.paused) is bool for q in account.queues.values())
+    assert all(re.fullmatch(r"[A-Za-z0-9_.-]+", queue.name) for queue in account.queues.values())
+    for group in account.url_groups.values():
         assert re.fullmatch(r"[A-Za-z0-9_.-]+", group.name)
         named = [e.name for e in group.endpoints if e.name is not None]
         assert len(set(named)) == len(named) and all(type(n) is str and n and n.isprintable() for n in named)
@@ -367,9 +369,8 @@ def test_random_faults_are_always_reported_and_good_files_load_exactly() -> None
         for account in result.accounts:
             _assert_follows_the_rules(account)
         for account, source in zip(result.accounts, document["accounts"]):
-            assert json.loads(store.encode(account.queues)) == [dict(q, paused=q.get("paused", False))
-                                                                 for q in source.get("queues", [])]
-            assert json.loads(store.encode(account.url_groups)) == source.get("urlGroups", [])
+            assert json.loads(store.array(account.queues)) == [served(q) for q in source.get("queues", [])]
+            assert json.loads(store.array(account.url_groups)) == [served(g) for g in source.get("urlGroups", [])]
     assert loaded > 100 and rejected > 1000, (loaded, rejected)
 
 
@@ -391,8 +392,8 @@ def test_an_account_is_found_by_one_lookup_whatever_their_number() -> None:
 def test_an_item_is_found_by_its_name() -> None:
     loaded = store.parse(json.dumps({"queues": [Q, dict(Q, name="r")], "urlGroups": [G]}).encode(), "d", "t")
     account = loaded.accounts[0]
-    assert account.item("queues", "r") is account.queues[1]
-    assert account.item("url_groups", "g") is account.url_groups[0]
+    assert account.item("queues", "r") is list(account.queues.values())[1]
+    assert account.item("url_groups", "g") is list(account.url_groups.values())[0]
     assert account.item("queues", "g") is None and account.item("url_groups", "q") is None
 
 

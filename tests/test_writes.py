@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, cast
@@ -69,7 +70,7 @@ def test_upsert_creates_then_updates_a_queue_keeping_created_at(writable: Any, p
     assert (updated["parallelism"], updated["paused"]) == (2, True)
     assert [q["name"] for q in call(writable, "/v2/queues", headers=bearer(TOKEN_A)).json()] == ["emails", "jobs"]
     assert on_disk(path)["accounts"][0]["queues"][1] == updated  # on disk before the 200
-    assert path.read_text().startswith('{\n  "accounts": [\n')  # indented JSON
+    assert path.read_text().splitlines()[:2] == ['{"accounts": [', '{"token": "token-a",']  # a line a queue
 
 
 def test_an_upsert_without_paused_keeps_the_queues_and_the_writer_does_not_read_its_own_write_again(
@@ -99,8 +100,8 @@ def test_a_writer_that_opened_a_version_replaced_before_its_lock_takes_the_new_o
         return fd
 
     monkeypatch.setattr(store, "_open", open_then_replaced)
-    with store._locked(str(path), store.DEFAULT_MAX_SIZE) as (_, raw, _):
-        assert json.loads(raw)["accounts"][1]["queues"] == []
+    with store._locked(str(path), time.monotonic() + 1) as (_, locked):
+        assert locked.st_ino == path.stat().st_ino and on_disk(path)["accounts"][1]["queues"] == []
 
 
 def test_pause_resume_and_delete(writable: Any) -> None:
@@ -149,20 +150,20 @@ def test_a_write_changes_the_tokens_own_account_and_nothing_else(writable: Any, 
 
 
 BAD = [
-    ("POST", "/v2/queues", b"not json", "bad request: the body is not JSON"),
+    ("POST", "/v2/queues", b"not json", "bad request: the body is not UTF-8 JSON"),
     ("POST", "/v2/queues", b"[]", "bad request: the body is not a JSON object"),
-    ("POST", "/v2/queues", b"", "bad request: the body is not JSON"),
-    ("POST", "/v2/queues", b"[" * 30000 + b"]" * 30000, "bad request: the body is not JSON"),
+    ("POST", "/v2/queues", b"", "bad request: the body is not UTF-8 JSON"),
+    ("POST", "/v2/queues", b"[" * 30000 + b"]" * 30000, "bad request: the body is not UTF-8 JSON"),
     ("POST", "/v2/queues", {"parallelism": 1}, "bad request: queueName: expected a name of only letters, digits, "
-                                               "'-', '.' and '_', got nothing"),
-    ("POST", "/v2/queues", {"queueName": "a b", "parallelism": 1},
-     "bad request: queueName: expected a name of only letters, digits, '-', '.' and '_', got \"a b\""),
+                                               "'-', '.' and '_', at most 200 characters (--max-name), got nothing"),
+    ("POST", "/v2/queues", {"queueName": "a b", "parallelism": 1}, "bad request: queueName: expected a name of only "
+     "letters, digits, '-', '.' and '_', at most 200 characters (--max-name), got \"a b\""),
+    ("POST", "/v2/queues", {"queueName": "q" * 201, "parallelism": 1}, "bad request: queueName: expected a name of "
+     "only letters, digits, '-', '.' and '_', at most 200 characters (--max-name), got \"%s" % ("q" * 59)),
     ("POST", "/v2/queues", {"queueName": "q", "parallelism": 0},
-     "bad request: parallelism: expected a whole number from 1 to 2**53 - 1, got 0"),
-    ("POST", "/v2/queues", {"queueName": "q"},
-     "bad request: parallelism: expected a whole number from 1 to 2**53 - 1, got nothing"),
+     "bad request: parallelism: expected a whole number from 1 to 2**53 - 1 (1 if left out), got 0"),
     ("POST", "/v2/queues", {"queueName": "q", "parallelism": "2"},
-     "bad request: parallelism: expected a whole number from 1 to 2**53 - 1, got \"2\""),
+     "bad request: parallelism: expected a whole number from 1 to 2**53 - 1 (1 if left out), got \"2\""),
     ("POST", "/v2/queues", {"queueName": "q", "parallelism": 1, "paused": "yes"},
      "bad request: paused: expected true or false, got \"yes\""),
     ("POST", "/v2/topics/g/endpoints", {"endpoints": []},
@@ -197,7 +198,8 @@ def test_bad_input_gets_a_400_naming_the_field_and_writes_nothing(writable: Any,
 def test_a_message_is_escaped_once(writable: Any) -> None:
     """The SDK user reads the body as it is: a value outside the rule shows as written, in UTF-8."""
     response = send(writable, "POST", "/v2/queues", {"queueName": "ünï", "parallelism": 1})
-    message = "bad request: queueName: expected a name of %s, got \"ünï\"" % store.NAME_RULE
+    message = "bad request: queueName: expected a name of %s, at most 200 characters (--max-name), got \"ünï\"" \
+        % store.NAME_RULE
     assert response.body == json.dumps({"error": message}, ensure_ascii=False, separators=(",", ":")).encode()
 
 
@@ -258,7 +260,7 @@ def test_the_one_account_form_is_written_in_place(tmp_path: Path) -> None:
     path = write_json(tmp_path / "one.json", {"queues": [ALPHA_QUEUE]})
     app = service.create_app(service.open_data(str(path), "t", interval=3600, writable=True), access_log=False)
     assert send(app, "DELETE", "/v2/queues/emails", token="t").status == 200
-    assert on_disk(path) == {"queues": []}
+    assert on_disk(path) == {"urlGroups": [], "queues": []}
 
 
 def test_a_write_is_logged_with_what_it_did(writable: Any, caplog: Any, path: Path) -> None:
@@ -334,7 +336,8 @@ def test_200_upserts_from_8_clients_through_two_processes_all_land(tmp_path: Pat
             listed = json.loads(_get(url, "/v2/queues"))
             assert sorted(q["name"] for q in listed) == expected
     assert sorted(q["name"] for q in on_disk(path)["accounts"][0]["queues"]) == expected
-    assert on_disk(path)["accounts"][1:] == accounts_document()["accounts"][1:]
+    others = [store.load(str(path), None), store.parse(json.dumps(accounts_document()).encode(), "", None)]
+    assert [account.lines for account in others[0].accounts[1:]] == [a.lines for a in others[1].accounts[1:]]
 
 
 def _get(url: str, path: str) -> bytes:
@@ -376,7 +379,7 @@ def test_a_sigkilled_writer_leaves_the_old_file_or_the_new_never_half(tmp_path: 
         proc.wait()
         proc.stdout.close()
         loaded = store.load(str(path), None)  # whole: the old version or the new
-        names = [q.name for q in loaded.accounts[0].queues]
+        names = list(loaded.accounts[0].queues)
         assert names[0] == "emails" and names[1:] == ["k%d" % i for i in range(len(names) - 1)]
         write_json(path, accounts_document())
 
