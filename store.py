@@ -288,11 +288,13 @@ class Account:
         if self.signing_keys is not None:
             head.append('"signingKeys": ' + json.dumps(dict(zip(("current", "next"), self.signing_keys)),
                                                        ensure_ascii=False))
-        parts = [text.encode() for text in head] + [
-            b'"%s": [\n  %s\n ]' % (key.encode(), b",\n  ".join([item.lines for item in items.values()]))
-            if items else b'"%s": []' % key.encode() for key, items in (("urlGroups", self.url_groups),
-                                                                        ("queues", self.queues))]
-        return b"{" + b",\n ".join(parts) + b"}"
+        parts = [b"{", ",\n ".join(head + [""]).encode()]
+        for key, items in (("urlGroups", self.url_groups), ("queues", self.queues)):
+            lines = [item.lines for item in items.values()]
+            parts += [b'"%s": [\n  ' % key.encode(), b",\n  ".join(lines), b"\n ],\n "] if lines else [
+                b'"%s": [],\n ' % key.encode()]
+        parts[-1] = parts[-1][:-3] + b"}"  # no comma after the last array
+        return b"".join(parts)
 
 
 @dataclass(frozen=True)
@@ -317,11 +319,15 @@ class Store:
         accounts[accounts.index(old)] = new
         return dataclasses.replace(self, accounts=tuple(accounts))
 
-    def lines(self) -> bytes:
-        """The data file of this store: the bytes of each account, encoded once, and a line between."""
+    def lines(self) -> list[bytes]:
+        """The data file of this store, in pieces (written as they are, not joined): each account's bytes, encoded
+        once, and what goes between."""
         if self.single_account:
-            return self.accounts[0].lines + b"\n"
-        return b'{"accounts": [\n' + b",\n".join([account.lines for account in self.accounts]) + b"\n]}\n"
+            return [self.accounts[0].lines, b"\n"]
+        parts = [b'{"accounts": [\n']
+        for account in self.accounts:
+            parts += [account.lines, b",\n"]
+        return parts[:-1] + [b"\n]}\n"] if self.accounts else [b'{"accounts": []}\n']
 
     def warnings(self, source: str) -> list[str]:
         """Return what looks wrong in a valid file, one line each: no account, times in seconds."""
@@ -484,8 +490,10 @@ class _Checker:
             if type(known) is not cls:
                 self.fault(array, i, None, "(a known line out of place)")
                 return None
-            name, rule = known.name, is_text if cls is Endpoint else is_name
-            return known if name is None or self.name(name, array, i, seen, rule) else None
+            if known.name is None or seen.setdefault(known.name, i) == i:  # its name keeps its rule: is it new?
+                return known
+            self.name(known.name, array, i, seen, is_text)  # says it is a duplicate
+            return None
         item = self.fields(value, array, i, cls)
         if item is None:
             return None
@@ -698,10 +706,11 @@ def _locked(path: str, deadline: float) -> Iterator[tuple[str, os.stat_result]]:
 
 
 @contextlib.contextmanager
-def _written(target: str, raw: bytes, old: Optional[os.stat_result], source: str) -> Iterator[Callable[[], Signature]]:
-    """Write ``raw`` to a temporary file of its own beside ``target`` (fsync'd, with the old mode and owner) and yield
-    the function that renames it over ``target`` and returns its signature: readers see the old version or the new.
-    The temporary file goes on every way out unless it was renamed."""
+def _written(target: str, raw: list[bytes], old: Optional[os.stat_result],
+             source: str) -> Iterator[Callable[[], Signature]]:
+    """Write the pieces ``raw`` to a temporary file of its own beside ``target`` (fsync'd, with the old mode and
+    owner) and yield the function that renames it over ``target`` and returns its signature: readers see the old
+    version or the new.  The temporary file goes on every way out unless it was renamed."""
     directory, name = os.path.split(target)
     fd, temporary = -1, ""
     try:
@@ -710,9 +719,12 @@ def _written(target: str, raw: bytes, old: Optional[os.stat_result], source: str
             os.fchmod(fd, stat.S_IMODE(old.st_mode))
             with contextlib.suppress(PermissionError):  # only root can give a file away
                 os.fchown(fd, old.st_uid, old.st_gid)
-        view = memoryview(raw)
-        while view:
-            view = view[os.write(fd, view):]
+        for start in range(0, len(raw), 512):  # at most IOV_MAX (1024) pieces a call
+            pieces = raw[start:start + 512]
+            written = os.writev(fd, pieces)
+            view = memoryview(b"".join(pieces))[written:] if written < sum(map(len, pieces)) else b""
+            while view:  # a short write (a signal, a full disk): the rest, or its error
+                view = view[os.write(fd, view):]
         os.fsync(fd)
 
         def rename() -> Signature:
@@ -749,8 +761,8 @@ def record(path: str, document: dict[str, Any], token: str, max_size: int = DEFA
     """Check ``document`` as a one-account file for ``token`` and write it to ``path``; or DataError, file unchanged."""
     loaded = parse(encode(document), path, token)
     raw = loaded.lines()
-    if len(raw) > max_size:
-        raise _too_large(path, len(raw), max_size)
+    if sum(map(len, raw)) > max_size:
+        raise _too_large(path, sum(map(len, raw)), max_size)
     with contextlib.ExitStack() as stack:
         target, old = os.path.realpath(path), None
         if os.path.lexists(path):
@@ -861,6 +873,7 @@ class DataFile:
         self._token, self._fallback = token, fallback
         #: The signature of the version last judged, the store in service and its Status: one owner, _put.
         self._state: tuple[Optional[Signature], Optional[Store], Status] = (None, None, Status())
+        self._raw: list[bytes] = []  # the bytes of the version in service, whose digest its Status gets when asked
         #: Each queue's and endpoint's line in the data file, as a writer writes it -> the item (see _parse).
         self._known: Optional[dict[bytes, Any]] = None
         self._fault: Optional[str] = None  # the first line of the fault last logged, until it ends
@@ -886,7 +899,14 @@ class DataFile:
         """Return which version is in service, since when, and when the file on disk stopped being it."""
         if self._forked:
             self._adopt()
-        signature, _, status = self._state
+        with self._lock:
+            signature, store, status = self._state
+            if status.version is None and store is not None:  # a health check pays for it, once a version
+                digest = hashlib.sha256()
+                for piece in self._raw:
+                    digest.update(piece)
+                status = status._replace(version=digest.hexdigest())
+                self._state = (signature, store, status)
         if status.failed_at is None and status.version is not None and _stat(self.path) != signature:
             return status._replace(failed_at=time.time())  # changed since, and not yet looked at
         return status
@@ -937,8 +957,8 @@ class DataFile:
                     changed = self._check(store, account, kind, item, new, name)
                     fresh = store.with_account(account, changed)
                     raw = fresh.lines()
-                    if len(raw) > self.max_size:
-                        raise _too_large(self.path, len(raw), self.max_size)
+                    if sum(map(len, raw)) > self.max_size:
+                        raise _too_large(self.path, sum(map(len, raw)), self.max_size)
                     with _written(target, raw, old, self.path) as rename:
                         with self._lock:  # a read here waits for the rename, then has this version
                             if _stat(self.path) == signature:  # else saved by hand meanwhile: the change again on it
@@ -960,7 +980,7 @@ class DataFile:
                     store = self._parse(raw)
                 except DataError as exc:  # never overwrite a version that does not load
                     raise Conflict(exc.faults) from None
-                self._put(signature, store, raw)
+                self._put(signature, store, [raw])
             return signature, store
 
     def _check(self, store: Store, account: Account, kind: str, item: Optional[Item], new: Optional[Item],
@@ -992,17 +1012,15 @@ class DataFile:
             self._known = {}
             self._learn([item for account in store.accounts for item in account.queues.values()] +
                         [group for account in store.accounts for group in account.url_groups.values()])
-        known, found = self._known or {}, []
+        known = self._known or {}
         built: list[Any] = []
         lines = raw.split(b"\n")
-        for i, line in enumerate(lines):
-            item = known.get(line)
-            if item is not None:
-                found.append(item)
-                lines[i] = b"0,"
+        items = [known.get(line) for line in lines]
+        found = [item for item in items if item is not None]
         if found:
+            skeleton = b"\n".join([line if item is None else b"0," for line, item in zip(lines, items)])
             with contextlib.suppress(DataError):
-                store = parse(b"\n".join(lines), self.path, self._token, self._fallback, iter(found), built)
+                store = parse(skeleton, self.path, self._token, self._fallback, iter(found), built)
                 if len(known) > 2 * len(lines):  # mostly lines of versions gone: built anew at the next look
                     self._known = None
                 self._learn(built)
@@ -1026,7 +1044,7 @@ class DataFile:
         signature = None
         try:
             raw, signature = read(self.path, self.max_size)
-            self._put(signature, self._parse(raw), raw)
+            self._put(signature, self._parse(raw), [raw])
             return None
         except DataError as exc:
             fault = exc
@@ -1037,9 +1055,9 @@ class DataFile:
         self._state = (signature or fault.signature, self._state[1], self._state[2]._replace(failed_at=time.time()))
         return fault
 
-    def _put(self, signature: Optional[Signature], store: Store, raw: bytes) -> None:
+    def _put(self, signature: Optional[Signature], store: Store, raw: list[bytes]) -> None:
         """Put ``store`` in service, with the signature and the bytes it was built from: the one place."""
-        self._state = (signature, store, Status(hashlib.sha256(raw).hexdigest(), time.time()))
+        self._state, self._raw = (signature, store, Status(None, time.time())), raw
         if self._fault is not None:
             logger.info("%s: good again", self.path)
             self._fault = None
