@@ -389,10 +389,11 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object as json.loads builds it, or ValueError naming a key it gives twice (an object_pairs_hook)."""
+    """An object as json.loads builds it, or a DataError naming a key it gives twice (an object_pairs_hook)."""
     value = dict(pairs)
     if len(value) < len(pairs):
-        raise ValueError(next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1))
+        twice = next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
+        raise DataError(["%s: given twice in one object" % _show(twice)[1:-1]])
     return value
 
 
