@@ -10,7 +10,7 @@ import math
 import os
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple, cast
 
 import pytest
 from helpers import ALPHA_QUEUE, TOKEN_A, TOKEN_B, Response, accounts_document, call, serving, write_json
@@ -108,8 +108,8 @@ def test_endpoints_are_matched_through_an_index_not_request_times_group() -> Non
     group = store.UrlGroup(1, 2, "big", tuple(store.Endpoint(Counted("e%d" % i), "https://a.example/%d" % i)
                                                for i in range(1000)))
     Counted.compared = 0
-    kept, _ = store.remove_endpoints(group, 3, [{"name": Counted("x%d" % i)} for i in range(3000)] + [
-        {"name": "e5"}])
+    gone: List[Dict[str, str]] = [{"name": Counted("x%d" % i)} for i in range(3000)]
+    kept, _ = store.remove_endpoints(group, 3, gone + [{"name": "e5"}])
     assert isinstance(kept, store.UrlGroup) and len(kept.endpoints) == 999
     added, _ = store.add_endpoints(group, 3, "big", [store.Endpoint(Counted("y%d" % i), "https://b/") for i in
                                                      range(3000)])
@@ -149,7 +149,7 @@ def test_while_another_process_holds_the_lock_writes_get_503_and_reads_are_answe
 # ---- 4. A hand edit is never lost ------------------------------------------------------------------
 def edit_during_the_write(monkeypatch: Any, path: Path, edit: Any) -> None:
     """Have ``edit`` save the file (as an editor, taking no lock) once the writer has written its version aside."""
-    real, done = os.fsync, []
+    real, done = os.fsync, cast(List[int], [])
 
     def fsync(fd: int) -> None:
         real(fd)
@@ -195,7 +195,12 @@ def test_nothing_at_a_fixed_name_blocks_a_write_and_each_write_has_its_own_tempo
     (path.parent / ".data.json.qstash-lists-tmp").mkdir()  # the fixed name of old
     names: List[str] = []
     real = os.replace
-    monkeypatch.setattr(os, "replace", lambda a, b: (names.append(str(a)), real(a, b))[1])
+
+    def replace(source: Any, target: Any) -> None:
+        names.append(str(source))
+        real(source, target)
+
+    monkeypatch.setattr(os, "replace", replace)
     app = writable(path)
     for name in ("one", "two"):
         assert send(app, "POST", "/v2/queues", {"queueName": name, "parallelism": 1}).status == 200
@@ -266,8 +271,8 @@ def test_keys_given_twice_are_found_in_linear_time() -> None:
 
         __hash__ = str.__hash__
 
-    pairs = [(Key("k%d" % i), i) for i in range(3000)] * 2
-    assert store._pairs(pairs)[store._TWICE][:2] == ["k0", "k1"]  # type: ignore[index]
+    pairs: List[Tuple[str, Any]] = [(Key("k%d" % i), i) for i in range(3000)] * 2
+    assert store._pairs(pairs)[store._TWICE][:2] == ["k0", "k1"]
     with pytest.raises(store.DataError):
         store.unique_keys(pairs)
     assert counted["n"] < 30000
