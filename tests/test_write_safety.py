@@ -271,7 +271,7 @@ def test_keys_given_twice_are_found_in_linear_time() -> None:
 
         __hash__ = str.__hash__
 
-    pairs: List[Tuple[str, Any]] = [(Key("k%d" % i), i) for i in range(3000)] * 2
+    pairs: List[Tuple[str, Any]] = [(cast(str, Key("k%d" % i)), i) for i in range(3000)] * 2
     assert store._pairs(pairs)[store._TWICE][:2] == ["k0", "k1"]
     with pytest.raises(store.DataError):
         store.unique_keys(pairs)
