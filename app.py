@@ -936,7 +936,7 @@ def serve(data: Any, token: Optional[str] = None, *, writable: bool = True, host
         thread = threading.Thread(target=_run, args=(server, socket_map, 5.0, stop), name="qstash-lists server")
         thread.start()
         try:
-            yield Server("http://%s:%d" % (host if ":" not in host else "[%s]" % host, server.effective_port), token,
+            yield Server("http://%s:%s" % (host if ":" not in host else "[%s]" % host, server.effective_port), token,
                          os.fspath(data))
         finally:
             stop.set()

@@ -224,6 +224,15 @@ def serving(data: Path, *args: str, env: Optional[Dict[str, str]] = None, **pope
         yield Server(proc, match.group(1), banner)
 
 
+def readme_section_block(title: str, language: str) -> str:
+    """The first code block in ``language`` of the README's section ``title``."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("\n## " + title):]
+    match = re.search(r"```%s\n(.*?)```" % language, section, re.S)
+    assert match, title
+    return match.group(1)
+
+
 def free_port() -> int:
     """A loopback port that nothing listens on now."""
     with socket.socket() as sock:

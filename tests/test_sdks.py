@@ -24,6 +24,7 @@ from helpers import (
     TOKEN_B,
     Server,
     free_port,
+    readme_section_block,
     serving,
     started,
     write_json,
@@ -119,6 +120,36 @@ def test_the_readmes_python_example_runs(server: Server, tmp_path: Path) -> None
     done = subprocess.run([SDK_PYTHON, str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "name='orders'" in done.stdout and "name='emails'" in done.stdout
+
+
+needs_sdk_and_pytest = pytest.mark.skipif(not os.path.exists(SDK_PYTHON) or subprocess.run(
+    [SDK_PYTHON, "-c", "import pytest, xdist, qstash_lists.pytest_plugin"], capture_output=True).returncode != 0,
+    reason="no Python SDK with pytest and qstash-lists beside it; " + HOW)
+
+
+@needs_sdk_and_pytest
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_users_suite_from_the_readme_passes_with_the_fixture(tmp_path: Path, workers: str) -> None:
+    """The README's suite, as a user copies it into a project that has qstash and qstash-lists installed: three
+    tests each upsert the same queue through the SDK and see only it (each has a server of its own)."""
+    (tmp_path / "test_users.py").write_text(readme_section_block("In your tests", "python"))
+    done = subprocess.run([SDK_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", workers], env=dict(
+        os.environ, PYTEST_ADDOPTS=""), cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "3 passed" in done.stdout, done.stdout + done.stderr
+
+
+@needs_sdk_and_pytest
+def test_the_same_suite_with_serve_and_no_plugin_passes(tmp_path: Path) -> None:
+    suite = readme_section_block("In your tests", "python")
+    suite = suite.replace("def upsert_emails():", "def upsert_emails(server):").replace(
+        'os.environ["QSTASH_TOKEN"], base_url=os.environ["QSTASH_URL"]', "server.token, base_url=server.url")
+    suite = suite.replace("(qstash_server)", "()").replace("upsert_emails()", "upsert_emails(server)").replace(
+        "    assert upsert_emails", "    with serve({\"urlGroups\": [], \"queues\": []}) as server:\n"
+        "        assert upsert_emails")
+    (tmp_path / "test_users.py").write_text("from qstash_lists.app import serve\n" + suite)
+    done = subprocess.run([SDK_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:qstash_lists"],
+                          cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "3 passed" in done.stdout, done.stdout + done.stderr
 
 
 @needs_js_sdk
