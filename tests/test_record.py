@@ -200,20 +200,19 @@ def test_record_ends_within_its_deadline_whatever_the_api_does(fake: Fake, tmp_p
     """A socket timeout bounds each read, not a whole answer: a drip-fed one (a byte every 0.3 s,
     each read well within any timeout) or one that never ends kept --record running for minutes."""
     if how == "silent":
-        fake.delay = 30.0
+        fake.delay = 60.0
     else:
         fake.misbehave = how
     path = tmp_path / "data.json"
     path.write_bytes(BEFORE)
     url = "http://127.0.0.1:%d" % fake.server_address[1]
-    started = time.monotonic()
+    # Without the deadline, the run would outlast run()'s own 30 s (the fake never finishes): that fails the test,
+    # and the message says the deadline ended it, whatever the machine's load.
     code, out, err = run(["--record", "--data", str(path)], env={
         "QSTASH_LISTS_UPSTREAM": url, "QSTASH_TOKEN": TOKEN_A, "QSTASH_LISTS_RECORD_TIMEOUT": "2"})
-    took = time.monotonic() - started
     assert (code, out) == (2, "")
     assert err == ("GET %s/v2/topics: no whole answer within 2 s (--record-timeout, QSTASH_LISTS_RECORD_TIMEOUT); "
                    "%s is unchanged\n" % (url, path))
-    assert took < 2 + 2, took
     assert path.read_bytes() == BEFORE
     assert [p.name for p in tmp_path.iterdir()] == ["data.json"]
 
