@@ -65,12 +65,18 @@ def accounts_document() -> Dict[str, Any]:
     })
 
 
+# A queue's fields, and what the server answers for each optional one left out: the one place in the tests that a
+# new optional field touches.  Every test that checks a served item compares it through served().
+QUEUE_DEFAULTS = {"paused": False}
+QUEUE_KEYS = ", ".join("'%s'" % key for key in ["createdAt", "updatedAt", "name", "parallelism", "lag",
+                                                *QUEUE_DEFAULTS])  # as a fault message lists them
+
+
 def served(item: Dict[str, Any]) -> Dict[str, Any]:
-    """A queue or URL group of a data file as the server answers it: each optional field left out filled in with its
-    default.  Every test that checks a served item compares it through this (a new optional field: one place)."""
+    """A queue or URL group of a data file as the server answers it: each optional field left out filled in."""
     if "endpoints" in item:
         return dict(item, endpoints=[dict(endpoint) for endpoint in item["endpoints"]])
-    return {"paused": False, **item}
+    return {**item, **{key: value for key, value in QUEUE_DEFAULTS.items() if key not in item}}
 
 
 class Response(NamedTuple):

@@ -23,6 +23,7 @@ from helpers import (
     bearer,
     call,
     eventually,
+    served,
     serving,
     started,
     write_json,
@@ -195,8 +196,8 @@ def test_serves_under_wsgiref_simple_server_and_a_prefix(data_path: Path) -> Non
             answers.append((response.status, json.loads(response.read())))
             conn.close()
         _, err = proc.communicate(timeout=10)
-    assert answers[0] == (200, [ALPHA_QUEUE])
-    assert answers[1] == (200, [ALPHA_QUEUE])
+    assert answers[0] == (200, [served(ALPHA_QUEUE)])
+    assert answers[1] == (200, [served(ALPHA_QUEUE)])
     assert answers[2][0] == 401 and answers[3][0] == 404
     assert "Traceback" not in err and "Warning" not in err
 
@@ -231,7 +232,7 @@ def test_make_app_with_a_token_serves_a_one_account_file(tmp_path: Path) -> None
 
     one = write_json(tmp_path / "one.json", {"queues": [ALPHA_QUEUE]})
     wsgi = app.make_app({"QSTASH_LISTS_DATA": str(one), "QSTASH_TOKEN": "t"})
-    assert call(wsgi, headers=bearer("t")).json() == [ALPHA_QUEUE]
+    assert call(wsgi, headers=bearer("t")).json() == [served(ALPHA_QUEUE)]
 
 
 @pytest.mark.parametrize("environ, line", [

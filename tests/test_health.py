@@ -28,6 +28,7 @@ from helpers import (
     call,
     eventually,
     free_port,
+    served,
     serving,
     started,
     write_json,
@@ -112,7 +113,7 @@ def test_a_bad_edit_says_stale_and_the_last_good_version_is_served(data: Path) -
         "ok", good["version"], good["loadedAt"], True)
     assert ISO_UTC.fullmatch(body["failedAt"]) and seconds(body["failedAt"]) <= failed_after + 1
     assert list(body) == KEYS and b"secret" not in stale.body and b"line" not in stale.body  # no fault text
-    assert call(app, "/v2/queues", headers=bearer(TOKEN_A)).json() == [ALPHA_QUEUE]  # still served
+    assert call(app, "/v2/queues", headers=bearer(TOKEN_A)).json() == [served(ALPHA_QUEUE)]  # still served
     write_json(data, dict(accounts_document(), accounts=accounts_document()["accounts"][:1]))
     assert source.refresh()
     fixed = call(app, "/healthz").json()

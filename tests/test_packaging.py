@@ -12,7 +12,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from helpers import ALPHA_QUEUE, ROOT, TOKEN_A, accounts_document, write_json
+from helpers import ALPHA_QUEUE, ROOT, TOKEN_A, accounts_document, served, write_json
 
 # Serve one request through the app module named on the command line; print what it saw.
 SERVE_ONE = """
@@ -42,7 +42,7 @@ def serve_one(cwd: Path, module: str, data: Path, pythonpath: str = "") -> Dict[
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     result: Dict[str, Any] = json.loads(done.stdout)
-    assert (result["status"], result["body"]) == ("200 OK", ALPHA_QUEUE)
+    assert (result["status"], result["body"]) == ("200 OK", served(ALPHA_QUEUE))
     return result
 
 

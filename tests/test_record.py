@@ -19,6 +19,7 @@ from helpers import (
     bearer,
     call,
     run,
+    served,
     serving,
     write_json,
 )
@@ -155,7 +156,7 @@ def test_unknown_fields_are_left_out_by_name_and_keys_only_when_asked(fake: Fake
     assert err == "%s: left out what a data file does not hold: endpoints.topicName, queues.dlqCount, " \
                   "queues.secretish\n" % path
     written = json.loads(path.read_text())
-    assert "signingKeys" not in written and written["queues"] == [ALPHA_QUEUE]
+    assert "signingKeys" not in written and written["queues"] == [served(ALPHA_QUEUE)]
     assert written["urlGroups"][0]["endpoints"][-1] == {"url": "https://c.example.com/hook"}
     assert [p for p, _ in fake.seen] == ["/v2/topics", "/v2/queues"]
     assert all(auth == "Bearer " + TOKEN_A for _, auth in fake.seen)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, List, Tuple
 
 import pytest
-from helpers import ALPHA_GROUP, ALPHA_QUEUE, TOKEN_A, accounts_document, served, write_json
+from helpers import ALPHA_GROUP, ALPHA_QUEUE, QUEUE_KEYS, TOKEN_A, accounts_document, served, write_json
 
 import store
 
@@ -75,8 +75,7 @@ FAULTS = [
     ({"queues": [{k: v for k, v in Q.items() if k != "lag"}]}, "queues[0].lag: missing"),
     ({"urlGroups": [{k: v for k, v in G.items() if k != "endpoints"}]}, "urlGroups[0].endpoints: missing"),
     ({"urlGroups": [dict(G, endpoints=[{"name": "x"}])]}, "urlGroups[0].endpoints[0].url: missing"),
-    ({"queues": [dict(Q, paralelism=2)]}, "queues[0].paralelism: unknown key (expected 'createdAt', "
-                                          "'updatedAt', 'name', 'parallelism', 'lag', 'paused')"),
+    ({"queues": [dict(Q, paralelism=2)]}, "queues[0].paralelism: unknown key (expected %s)" % QUEUE_KEYS),
     ({"urlGroups": [dict(G, topic="x")]},
      "urlGroups[0].topic: unknown key (expected 'createdAt', 'updatedAt', 'name', 'endpoints')"),
     ({"urlGroups": [dict(G, endpoints=[{"url": "http://a", "nmae": "b"}])]},
@@ -109,8 +108,7 @@ FAULTS = [
      '(no control characters, line breaks or lone surrogates), got "a\\tb"'),
     # A key from the file is shown escaped and cut short: one short line per fault
     ({"queues": [dict(Q, **{"la\ng": 1})]},
-     'queues[0]."la\\ng": unknown key (expected \'createdAt\', \'updatedAt\', \'name\', \'parallelism\', '
-     "'lag', 'paused')"),
+     'queues[0]."la\\ng": unknown key (expected %s)' % QUEUE_KEYS),
     ({"accounts": [], "k" * 100: 1}, '"%s...: unknown key next to \'accounts\' (a file lists accounts, '
                                      "or holds 'urlGroups' and 'queues' of one account, not both)" % ("k" * 56)),
     # Endpoint URLs
@@ -239,7 +237,7 @@ def test_a_good_file_becomes_dataclasses(data_path: Path) -> None:
     )
     assert a.queues["emails"] == store.Queue(1700000000000, 1700000000000, "emails", 2, 0, False)
     assert json.loads(store.array(a.url_groups)) == [ALPHA_GROUP]
-    assert json.loads(store.array(a.queues)) == [ALPHA_QUEUE]
+    assert json.loads(store.array(a.queues)) == [served(ALPHA_QUEUE)]
     assert TOKEN_A not in repr(loaded) and a.token_sha256.hex() not in repr(loaded)
     assert "token_sha256" not in repr(loaded) and repr(a.token_sha256) not in repr(loaded)
     assert loaded.summary() == "3 accounts, 1 URL group, 2 queues"
@@ -278,8 +276,8 @@ def test_encode_writes_the_bytes_json_dumps_would() -> None:
         numbers = [rng.choice([0, 1, 2**53 - 1, rng.randrange(2**53)]) for _ in range(4)]
         paused = rng.random() < 0.5
         queues.append(store.Queue(numbers[0], numbers[1], name, numbers[2], numbers[3], paused))
-        expected_queues.append({"createdAt": numbers[0], "updatedAt": numbers[1], "name": name,
-                                "parallelism": numbers[2], "lag": numbers[3], "paused": paused})
+        expected_queues.append(served({"createdAt": numbers[0], "updatedAt": numbers[1], "name": name,
+                                       "parallelism": numbers[2], "lag": numbers[3], "paused": paused}))
         endpoints = [store.Endpoint(rng.choice([None, *STRINGS]), "https://e.example/" + rng.choice(STRINGS))
                      for _ in range(rng.randrange(3))]
         groups.append(store.UrlGroup(numbers[0], numbers[1], name, tuple(endpoints)))
