@@ -475,17 +475,38 @@ def check_rows(big: Path, rounds: int, rows: List[str], summary: List[str]) -> N
                    "(target <= 3)" % (cpu, mem))
 
 
-def _writes(url: str, seconds: float, stop: Optional[threading.Event] = None) -> List[float]:
-    """Upsert one queue over one keep-alive connection, as fast as answers come, for ``seconds`` (or until
-    ``stop``): each write rewrites the whole file.  Return each write's time in seconds."""
+OTHER = {"Authorization": "Bearer other-token"}  # the account that only reads during a write storm
+
+
+def write_file(folder: Path, queues: int, accounts: int = 1) -> Path:
+    """A file of ``accounts`` accounts of ``queues`` queues (the writes' token has the first), and one more small
+    account that only reads."""
+    items = [{"createdAt": 1700000000000 + i, "updatedAt": 1700000000000 + i, "name": "queue-%06d" % i,
+              "parallelism": i % 10 + 1, "lag": i % 1000, "paused": i % 7 == 0} for i in range(queues)]
+    document = {"accounts": [{"token": TOKEN if a == 0 else "tok-%d" % a, "queues": items} for a in range(accounts)]
+                + [{"token": "other-token", "queues": items[:100]}]}
+    path = folder / ("writes-%d-%d.json" % (accounts, queues))
+    path.write_text(json.dumps(document, indent=2))
+    return path
+
+
+def _writes(url: str, seconds: float, stop: Optional[threading.Event] = None, json_server: bool = False,
+            client: int = 0) -> List[float]:
+    """Upsert one queue over one keep-alive connection as fast as answers come, for ``seconds`` (or until
+    ``stop``); json-server: PUT the same item.  Return each write's time in seconds."""
     port = int(url.rsplit(":", 1)[1])
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     times: List[float] = []
     deadline = time.monotonic() + seconds
+    name = "queue-%06d" % (client + 1)
     while (stop is None and time.monotonic() < deadline) or (stop is not None and not stop.is_set()):
-        body = json.dumps({"queueName": "queue-000001", "parallelism": len(times) % 9 + 1, "paused": False})
+        body = {"queueName": name, "parallelism": len(times) % 9 + 1, "paused": False}
+        if json_server:
+            body = {"id": name, "createdAt": 1700000000000, "updatedAt": 1700000000000 + len(times), "name": name,
+                    "parallelism": len(times) % 9 + 1, "lag": 0, "paused": False}
         started = time.perf_counter()
-        conn.request("POST", "/v2/queues", body, dict(AUTH, **{"Content-Type": "application/json"}))
+        conn.request("PUT" if json_server else "POST", "/queues/" + name if json_server else "/v2/queues",
+                     json.dumps(body), dict(AUTH, **{"Content-Type": "application/json"}))
         response = conn.getresponse()
         response.read()
         if response.status != 200:
@@ -495,53 +516,139 @@ def _writes(url: str, seconds: float, stop: Optional[threading.Event] = None) ->
     return times
 
 
+def _clients(url: str, seconds: float, clients: int, json_server: bool = False) -> Result:
+    """``clients`` writers at once for ``seconds``: writes a second, and each write's p50 and p99 (ms)."""
+    found: List[List[float]] = [[] for _ in range(clients)]
+    threads = [threading.Thread(target=lambda i=i: found[i].extend(_writes(url, seconds, None, json_server, i)))
+               for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    times = sorted(t for each in found for t in each)
+    return Result(len(times) / seconds, times[len(times) // 2] * 1000, times[int(len(times) * 0.99)] * 1000,
+                  len(times))
+
+
+class JsonServer:
+    """json-server 0.17 (npm; installed once in .ci-sdk/json-server) on a db.json of the same queues: what a user
+    would pick instead.  It rewrites its file after each write, without fsync or validation."""
+
+    def __init__(self, folder: Path, queues: int) -> None:
+        home = ROOT / ".ci-sdk" / "json-server"
+        cli = home / "node_modules" / "json-server" / "lib" / "cli" / "bin.js"
+        if not cli.exists():
+            home.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["npm", "install", "--silent", "--no-audit", "--no-fund", "json-server@0.17.4"],
+                           cwd=str(home), check=True, capture_output=True)
+        db = folder / ("db-%d.json" % queues)
+        db.write_text(json.dumps({"queues": [{"id": "queue-%06d" % i, "createdAt": 1700000000000, "updatedAt":
+                                              1700000000000, "name": "queue-%06d" % i, "parallelism": 1, "lag": 0,
+                                              "paused": False} for i in range(queues)]}, indent=2))
+        with __import__("socket").socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.proc = subprocess.Popen(SERVER_CPU + ["node", str(cli), "--port", str(self.port), "--quiet", str(db)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.url = "http://127.0.0.1:%d" % self.port
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                fetch(self.url + "/queues/queue-000001", {})
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=15)
+
+
 def write_rows(tmp: Path, sizes: List[int], rounds: int, seconds: float, connections: int, rows: List[str],
                summary: List[str]) -> None:
-    """--writable: writes a second (each rewrites the file, fsync'd), and reads while a client writes
-    without pause against reads without it; and what --writable costs a read (a stat a request)."""
-    rows += ["| --writable, queues | writes/s (one client) | write p50 ms | write p99 ms |", "|---|---|---|---|"]
-    for size in sizes:
-        data = write_data(tmp, size)
-        copy = tmp / ("writable-%d.json" % size)
-        shutil.copy(data, copy)
-        writable = Server([sys.executable, "app.py", "--port", "0", "--data", str(copy), "--quiet", "--writable"])
-        reads = service(data, 8)
+    """--writable: server CPU a write at each size, writes a second (1 and 8 clients) against json-server doing the
+    same upserts, and reads of another account during a write storm, on the writing process and on a second
+    process serving the same file, against reads without it."""
+    node = shutil.which("node") and shutil.which("npm")
+    rows += ["| file | server CPU ms a write | writes/s, 1 client | 8 clients | json-server 1 / 8 | ratio 1 / 8 | "
+             "p50 / p99 ms, 1 client | 8 clients | json-server 8 |", "|---|---|---|---|---|---|---|---|---|"]
+    cases = [(size, 1) for size in sizes] + [(100, 1000)]
+    cpu_at: Dict[Tuple[int, int], float] = {}
+    for size, accounts in cases:
+        data = write_file(tmp, size, accounts)
+        label = "%d accounts x %d queues (%s)" % (accounts, size, store.megabytes(data.stat().st_size)) \
+            if accounts > 1 else "%d queues (%s)" % (size, store.megabytes(data.stat().st_size))
+        writer = Server([sys.executable, "app.py", "--port", "0", "--data", str(data), "--quiet", "--writable"])
+        rival = JsonServer(tmp, size * accounts) if node and accounts == 1 else None
         try:
-            times = sorted(t for _ in range(max(3, rounds // 3)) for t in _writes(writable.url, seconds))
-            rows.append("| %d | %.0f | %.2f | %.2f |" % (size, len(times) / sum(times), times[len(times) // 2] * 1000,
-                                                         times[int(len(times) * 0.99)] * 1000))
-            summary.append("writes at %d queues: %.0f a second from one client (each rewrites the %d-byte file)"
-                           % (size, len(times) / sum(times), copy.stat().st_size))
+            _writes(writer.url, 0.5)  # the first write after a load encodes every line once
+            cpus, ours, theirs = [], {1: [], 8: []}, {1: [], 8: []}  # type: ignore[var-annotated]
+            for i in range(max(3, rounds // 3)):
+                for clients in (1, 8):
+                    pair: List[Callable[[], Result]] = [functools.partial(_clients, writer.url, seconds, clients)]
+                    if rival is not None:
+                        pair.append(functools.partial(_clients, rival.url, seconds, clients, json_server=True))
+                    for k in (range(len(pair)) if i % 2 == 0 else reversed(range(len(pair)))):
+                        before = writer.cpu_seconds() if k == 0 else None
+                        result = pair[k]()
+                        if k == 0:
+                            ours[clients].append(result)
+                            after = writer.cpu_seconds()
+                            if clients == 1 and before is not None and after is not None:
+                                cpus.append((after - before) / result.requests * 1000)
+                        else:
+                            theirs[clients].append(result)
+            med = statistics.median
+            cpu_at[size, accounts] = med(cpus)
+            rival_cells = ("%.0f / %.0f" % (med(r.rps for r in theirs[1]), med(r.rps for r in theirs[8])),
+                           "**%.2f / %.2f**" % tuple(med(a.rps / b.rps for a, b in zip(ours[c], theirs[c]))
+                                                    for c in (1, 8)),
+                           "%.1f / %.1f" % (med(r.p50 for r in theirs[8]), med(r.p99 for r in theirs[8]))) \
+                if theirs[1] else ("-", "-", "-")
+            rows.append("| %s | %.2f | %.0f | %.0f | %s | %s | %.1f / %.1f | %.1f / %.1f | %s |" % (
+                label, cpu_at[size, accounts], med(r.rps for r in ours[1]), med(r.rps for r in ours[8]),
+                rival_cells[0], rival_cells[1], med(r.p50 for r in ours[1]), med(r.p99 for r in ours[1]),
+                med(r.p50 for r in ours[8]), med(r.p99 for r in ours[8]), rival_cells[2]))
+            if accounts == 1 and size == max(sizes):
+                storm_rows(writer, data, rounds, seconds, connections, summary)
+        finally:
+            writer.close()
+            if rival is not None:
+                rival.close()
+    base = cpu_at[min(sizes), 1]
+    summary.append("server CPU a write: " + ", ".join("%s %.2f ms (%.1fx)" % (
+        "%dx%d" % (a, s) if a > 1 else "%d queues" % s, cpu, cpu / base) for (s, a), cpu in cpu_at.items())
+        + "; json-server: %s" % ("measured beside ours" if node else "skipped: no node and npm here"))
+    rows.append("")
 
-            def storm(writable: Server = writable) -> Result:
+
+def storm_rows(writer: Server, data: Path, rounds: int, seconds: float, connections: int,
+               summary: List[str]) -> None:
+    """Reads of another account while one client writes without pause, against reads without it, on the writing
+    process and on a second process serving the same file."""
+    second = Server([sys.executable, "app.py", "--port", "0", "--data", str(data), "--quiet", "--writable"])
+    try:
+        for where, reader in (("the writing process", writer), ("a second process", second)):
+            def storm(reader: Server = reader) -> Result:
                 stop = threading.Event()
-                writer = threading.Thread(target=_writes, args=(writable.url, seconds, stop))
-                writer.start()
+                thread = threading.Thread(target=_writes, args=(writer.url, seconds, stop))
+                thread.start()
                 try:
-                    return measure(writable, "/v2/queues", AUTH, seconds, connections)
+                    return measure(reader, "/v2/queues", OTHER, seconds, connections)
                 finally:
                     stop.set()
-                    writer.join()
+                    thread.join()
 
-            rows_of_reads: List[str] = []
-            ratio, _ = compare("%d queues, reads" % size, storm,
-                               functools.partial(measure, writable, "/v2/queues", AUTH, seconds, connections), rounds,
-                               rows_of_reads, "during writes", "no writes")
-            rows += ["", "| case | server | requests/s | p50 ms | p99 ms | server CPU µs/request |",
-                     "|---|---|---|---|---|---|"] + rows_of_reads
-            summary.append("reads during a write storm / reads without, at %d queues: requests/s %.2f" % (size, ratio))
-            ratio, _ = compare("%d queues, reads" % size,
-                               functools.partial(measure, writable, "/v2/queues", AUTH, seconds, connections),
-                               functools.partial(measure, reads, "/v2/queues", AUTH, seconds, connections), rounds,
-                               rows,
-                               "--writable", "read-only")
-            summary.append("reads, --writable / read-only, at %d queues: requests/s %.2f" % (size, ratio))
-            rows += ["", "| --writable, queues | writes/s (one client) | write p50 ms | write p99 ms |",
-                     "|---|---|---|---|"]
-        finally:
-            writable.close()
-            reads.close()
-    rows.append("")
+            table: List[str] = []
+            ratio, _ = compare("reads on %s" % where, storm, functools.partial(
+                measure, reader, "/v2/queues", OTHER, seconds, connections), rounds, table, "write storm", "none")
+            p99 = [float(row.split("|")[5]) for row in table[:2]]
+            summary.append("another account's reads on %s during a write storm / without: requests/s %.2f, p99 %.2f "
+                           "/ %.2f ms (%.1fx)" % (where, ratio, p99[0], p99[1], p99[0] / p99[1]))
+    finally:
+        second.close()
 
 
 def memory_rows(tmp: Path, rows: List[str], summary: List[str], accounts: int = 50000, reloads: int = 20) -> None:

@@ -1,6 +1,7 @@
 """--writable: QStash's writes of queues and URL groups, each saved to the data file whole before its 200."""
 
 import copy
+import hashlib
 import io
 import json
 import os
@@ -405,3 +406,29 @@ def test_the_writable_setting(tmp_path: Path, monkeypatch: Any) -> None:
     assert send(app, "DELETE", "/v2/queues/emails").status == 200
     with pytest.raises(SystemExit):
         service.make_app({"QSTASH_LISTS_DATA": str(path), "QSTASH_LISTS_WRITABLE": "maybe"})
+
+
+def test_another_process_reads_a_write_parsing_only_the_lines_it_changed(tmp_path: Path) -> None:
+    """Two DataFiles on one file, as two processes: the second builds the first's version from its own items for
+    every line it knew (the same objects), and parses only what changed (and each array's last line, which has no
+    comma); a version it cannot read that way (a hand edit's layout) is parsed whole, to the same."""
+    document = accounts_document()
+    document["accounts"][1]["queues"] = [dict(ALPHA_QUEUE, name="q%02d" % i) for i in range(50)]
+    path = write_json(tmp_path / "data.json", document)
+    writer = service.open_data(str(path), None, interval=3600, writable=True)
+    reader = service.open_data(str(path), None, interval=3600, writable=True)
+    for name, parallelism in (("q10", 5), ("new", 1), ("q10", 6)):
+        before = reader.current()
+        writer.update(hashlib.sha256(TOKEN_B.encode()).digest(), "queues", name, store.upsert_queue, name,
+                      parallelism, None)
+        after = reader.current()
+        assert before is not None and after is not None
+        assert after.accounts[1].queues[name].parallelism == parallelism
+        reused = [n for n, q in after.accounts[1].queues.items() if before.accounts[1].queues.get(n) is q]
+        assert name not in reused and len(reused) >= 48 - (name == "new")
+    loaded = store.load(str(path), None)
+    assert [a.lines for a in loaded.accounts] == [a.lines for a in after.accounts]
+    path.write_text(json.dumps(on_disk(path), indent=4))  # a hand edit, in another layout
+    assert [a.lines for a in reader.current().accounts] == [a.lines for a in loaded.accounts]  # type: ignore[union-attr]
+    writer.close()
+    reader.close()
