@@ -539,6 +539,7 @@ class JsonServer:
         cli = home / "node_modules" / "json-server" / "lib" / "cli" / "bin.js"
         if not cli.exists():
             home.mkdir(parents=True, exist_ok=True)
+            (home / "package.json").write_text("{}")  # its own: npm would install into a package above
             subprocess.run(["npm", "install", "--silent", "--no-audit", "--no-fund", "json-server@0.17.4"],
                            cwd=str(home), check=True, capture_output=True)
         db = folder / ("db-%d.json" % queues)
