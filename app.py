@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import gzip
 import hashlib
 import http.client
@@ -22,12 +21,11 @@ import json
 import logging
 import os
 import re
-import secrets
 import signal
 import sys
-import tempfile
 import threading
 import time
+import typing
 import urllib.error
 import urllib.request
 from http import HTTPStatus
@@ -35,7 +33,6 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, 
 from urllib.parse import quote, unquote_to_bytes
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
 
     import store
 elif __package__:  # inside a package: vendored, or installed as qstash_lists
@@ -54,8 +51,8 @@ else:  # a script or a top-level module: the store.py beside this file, even if 
         _spec.loader.exec_module(store)
 
 __version__ = "0.3.0"
-__all__ = ["DEV_TOKEN", "SETTINGS", "AccessLog", "HTTPError", "Server", "create_app", "main", "make_app", "open_data",
-           "read_settings", "serve"]
+__all__ = ["DEV_TOKEN", "SETTINGS", "AccessLog", "HTTPError", "create_app", "main", "make_app", "open_data",
+           "read_settings", "run"]
 
 Answer = Tuple[str, List[Tuple[str, str]], bytes, Optional[str]]  # status, headers, body, why (for the log only)
 StartResponse = Callable[..., Callable[[bytes], object]]
@@ -158,22 +155,13 @@ class MethodNotAllowed(HTTPError):
     status = HTTPStatus.METHOD_NOT_ALLOWED
 
     def __init__(self, allowed: Sequence[str], takes: Sequence[str], method: str) -> None:
-        if method in takes:  # a write, to a read-only server
-            message = ("method not allowed: this server is read-only; start it with --writable (or "
-                       "QSTASH_LISTS_WRITABLE=1) to take QStash's writes of URL groups and queues")
-        else:
-            message = "method not allowed: this path answers %s" % ", ".join(list(takes) + ["HEAD"] * ("GET" in takes))
-            writes = [m for m in takes if m not in allowed]
-            if writes:
-                message += " (%s: writes, taken once the server is started with --writable, or " \
-                           "QSTASH_LISTS_WRITABLE=1)" % ", ".join(writes)
+        writes = ", ".join(m for m in takes if m not in allowed)  # a read-only server's
+        message = ("method not allowed: this server is read-only; start it with --writable (or QSTASH_LISTS_WRITABLE=1) "
+                   "to take QStash's writes of URL groups and queues" if method in takes else "method not allowed: "
+                   "this path answers %s" % ", ".join(list(takes) + ["HEAD"] * ("GET" in takes)) + (
+                       " (%s: writes, taken once the server is started with --writable, or QSTASH_LISTS_WRITABLE=1)"
+                       % writes if writes else ""))
         super().__init__(message, [("Allow", ", ".join(allowed))])
-
-
-class Forbidden(HTTPError):
-    """A request from a web page, or a dev token sent to a name that is not this machine's (DNS rebinding)."""
-
-    status = HTTPStatus.FORBIDDEN
 
 
 class Unauthorized(HTTPError):
@@ -230,11 +218,9 @@ class Body:
 def body(account: store.Account, path: str, name: Optional[str]) -> Optional[Body]:
     """Return the body of the collection at ``path`` or its item ``name`` (None: no signing keys), or NotFound; each
     encoded when first asked for and kept while the account is unchanged (a write makes a new one)."""
-    key = (path, name)
+    key, (field, noun) = (path, name), FIELDS[path]
     if key in account.cache:
-        cached: Optional[Body] = account.cache[key]
-        return cached
-    field, noun = FIELDS[path]
+        return typing.cast(Optional[Body], account.cache[key])
     if field == "signing_keys":  # the dev token's account gets the published dev keys, unless it has its own
         keys = account.signing_keys or (DEV_SIGNING_KEYS if account.token_sha256 == _DEV_DIGEST else None)
         found = None if keys is None else Body(store.encode({"current": keys[0], "next": keys[1]}), NO_STORE)
@@ -245,8 +231,7 @@ def body(account: store.Account, path: str, name: Optional[str]) -> Optional[Bod
         if item is None:
             raise _no_such(noun, name)
         found = Body(item.raw, PRIVATE)
-    kept: Optional[Body] = account.cache.setdefault(key, found)  # two threads may both encode it: one is kept
-    return kept
+    return typing.cast(Optional[Body], account.cache.setdefault(key, found))  # two threads may both encode it: one is kept
 
 
 # ---- Requests: the route, the credential, a write's body -----------------------------------------
@@ -369,15 +354,10 @@ def _endpoints(body: Dict[str, Any], adding: bool) -> List[Any]:
 def _host_is_local(host: Optional[str], allowed: Iterable[str]) -> bool:
     """Tell whether a Host header names this machine as no DNS name can be made to (DNS rebinding): an IP address,
     localhost or a name under it (RFC 6761), or a name the operator allows; no Host (HTTP/1.0) is no browser's."""
-    if host is None:
-        return True
-    name = host[1:host.find("]")] if host.startswith("[") else host.partition(":")[0]
-    name = name.lower()
-    if name == "localhost" or name.endswith(".localhost") or name in allowed:
-        return True
+    name = (host or "localhost").lower()
+    name = name[1:name.find("]")] if name.startswith("[") else name.partition(":")[0]
     try:
-        ipaddress.ip_address(name)
-        return True
+        return name == "localhost" or name.endswith(".localhost") or name in allowed or bool(ipaddress.ip_address(name))
     except ValueError:
         return False
 
@@ -387,9 +367,9 @@ def respond(environ: WSGIEnvironment, source: store.DataFile, allowed_hosts: Ite
     """Answer one request: a web page's refused, the route and method, the health check, or name, auth, then the
     body or the change."""
     if environ.get("HTTP_ORIGIN") is not None or environ.get("HTTP_SEC_FETCH_SITE") in ("cross-site", "same-site"):
-        raise Forbidden("forbidden: this server takes no request from a web page (it has no CORS): any site could "
+        raise HTTPError("forbidden: this server takes no request from a web page (it has no CORS): any site could "
                         "otherwise read and change your lists; call it from your code, an SDK or curl",
-                        why="from a web page")
+                        why="from a web page", status=HTTPStatus.FORBIDDEN)
     route, name = _route(environ.get("PATH_INFO", ""))
     method, allowed = environ.get("REQUEST_METHOD", ""), _ALLOWED[route, source.writable]
     if method not in allowed:
@@ -407,9 +387,9 @@ def respond(environ: WSGIEnvironment, source: store.DataFile, allowed_hosts: Ite
     if account is None:
         raise Unauthorized("unknown token")
     if account.token_sha256 == _DEV_DIGEST and not _host_is_local(environ.get("HTTP_HOST"), allowed_hosts):
-        raise Forbidden("forbidden: the dev token is public, so it is taken only from a client that names this server "
+        raise HTTPError("forbidden: the dev token is public, so it is taken only from a client that names this server "
                         "by an IP address or localhost; to allow a name: --allowed-hosts NAME "
-                        "(QSTASH_LISTS_ALLOWED_HOSTS)", why="dev token, Host not local")
+                        "(QSTASH_LISTS_ALLOWED_HOSTS)", why="dev token, Host not local", status=HTTPStatus.FORBIDDEN)
     if method not in ("GET", "HEAD"):
         return write(environ, source, account, route, name)
     found = body(account, collection, name)
@@ -848,7 +828,7 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[A
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda signum, frame: stop.set())  # a handler only notes it
-    _run(server, socket_map, settings["stop_timeout"], stop)
+    run(server, socket_map, settings["stop_timeout"], stop)
     return 0
 
 
@@ -873,7 +853,7 @@ def _banner(settings: Mapping[str, Any], loaded: store.Store, urls: List[str], p
     return lines
 
 
-def _run(server: Any, socket_map: Dict[int, Any], stop_timeout: float, stop: threading.Event) -> None:
+def run(server: Any, socket_map: Dict[int, Any], stop_timeout: float, stop: threading.Event) -> None:
     """Serve until ``stop`` is set, then refuse new connections, close idle ones and let the answers in flight
     finish, for at most ``stop_timeout`` seconds (where waitress has channels; else at once, as waitress.serve);
     then close every socket."""
@@ -901,47 +881,6 @@ def _run(server: Any, socket_map: Dict[int, Any], stop_timeout: float, stop: thr
     server.task_dispatcher.shutdown(timeout=max(0.0, deadline - time.monotonic()))  # the rest are cut short
     for dispatcher in list(socket_map.values()):  # the trigger, and what the deadline cut short
         dispatcher.close()
-
-
-class Server(NamedTuple):
-    """A server that :func:`serve` runs: where it listens, the token of its one-account file, and the data file."""
-
-    url: str
-    token: str
-    path: str
-
-
-@contextlib.contextmanager
-def serve(data: Any, token: Optional[str] = None, *, writable: bool = True, host: str = "127.0.0.1",
-          port: int = 0) -> Iterator[Server]:
-    """Serve ``data`` (a data file's path, or its document, written to a file of its own that goes at the end) under
-    waitress in a thread of this process, on a free port unless told, writable unless told, until the ``with`` block
-    ends; a one-account document gets ``token`` (default: a new random one).  No signal handler, no exit: for tests
-    and embedding (the pytest fixture ``qstash_server`` is this)."""
-    from waitress import create_server
-
-    token = token or secrets.token_urlsafe(16)
-    with contextlib.ExitStack() as stack:
-        if not isinstance(data, (str, os.PathLike)):
-            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="qstash-lists-"))
-            with open(os.path.join(folder, "data.json"), "w", encoding="utf-8") as file:
-                json.dump(data, file)
-            data = file.name
-        source = open_data(os.fspath(data), token, 3600, writable=writable)
-        stack.callback(source.close)
-        socket_map: Dict[int, Any] = {}
-        server = create_server(create_app(source, access_log=False), map=socket_map, host=host, port=port,
-                               threads=4, **WAITRESS_SETTINGS)
-        stop = threading.Event()
-        thread = threading.Thread(target=_run, args=(server, socket_map, 5.0, stop), name="qstash-lists server")
-        thread.start()
-        try:
-            yield Server("http://%s:%s" % (host if ":" not in host else "[%s]" % host, server.effective_port), token,
-                         os.fspath(data))
-        finally:
-            stop.set()
-            server.pull_trigger()  # the loop wakes at once, and stops
-            thread.join()
 
 
 def _handle_signals() -> None:

@@ -72,9 +72,6 @@ class Limits(NamedTuple):
     name: int = 200  # characters in the name of a queue or URL group a write creates (--max-name)
 
 
-DEFAULT_LIMITS = Limits()
-
-
 class DataError(Exception):
     """A data file that cannot be served or written: ``faults``, one line each, and the ``signature`` judged."""
 
@@ -198,18 +195,11 @@ class UrlGroup(_Item):
     endpoints: tuple[Endpoint, ...] = _rule(Endpoint)  # an array of items of that kind
 
     @cached_property
-    def _head(self) -> bytes:
-        return encode({**self.to_dict(), "endpoints": []})[:-2]  # up to the array's "["
-
-    @cached_property
-    def raw(self) -> bytes:
-        return self._head + b",".join([endpoint.raw for endpoint in self.endpoints]) + b"]}"
-
-    @cached_property
     def lines(self) -> bytes:
         if not self.endpoints:
             return self.raw
-        return self._head + b"\n    " + b",\n    ".join([endpoint.raw for endpoint in self.endpoints]) + b"\n  ]}"
+        head = encode({**self.to_dict(), "endpoints": []})[:-2]  # up to the array's "["
+        return head + b"\n    " + b",\n    ".join([endpoint.raw for endpoint in self.endpoints]) + b"\n  ]}"
 
 
 @dataclass
@@ -313,21 +303,15 @@ class Store:
         """Return the account whose token is ``token``, or None, by its SHA-256: timing tells a probe no token."""
         return self.by_digest.get(hashlib.sha256(token).digest())
 
-    def with_account(self, old: Account, new: Account) -> "Store":
-        """Return this store with ``new`` in place of ``old``."""
-        accounts = list(self.accounts)
-        accounts[accounts.index(old)] = new
-        return dataclasses.replace(self, accounts=tuple(accounts))
-
     def lines(self) -> list[bytes]:
         """The data file of this store, in pieces (written as they are, not joined): each account's bytes, encoded
         once, and what goes between."""
         if self.single_account:
             return [self.accounts[0].lines, b"\n"]
         parts = [b'{"accounts": [\n']
-        for account in self.accounts:
-            parts += [account.lines, b",\n"]
-        return parts[:-1] + [b"\n]}\n"] if self.accounts else [b'{"accounts": []}\n']
+        for i, account in enumerate(self.accounts):
+            parts += [b",\n"[:2 * bool(i)], account.lines]
+        return parts + [b"\n]}\n"]
 
     def warnings(self, source: str) -> list[str]:
         """Return what looks wrong in a valid file, one line each: no account, times in seconds."""
@@ -390,10 +374,9 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """An object as json.loads builds it, or a DataError naming a key it gives twice (an object_pairs_hook)."""
-    value = dict(pairs)
-    if len(value) < len(pairs):
-        twice = next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
-        raise DataError(["%s: given twice in one object" % _show(twice)[1:-1]])
+    value = _pairs(pairs)
+    if _TWICE in value:
+        raise DataError(["%s: given twice in one object" % _show(value[_TWICE][0])[1:-1]])
     return value
 
 
@@ -548,8 +531,8 @@ class _Checker:
             return None
         if digests.setdefault(digest, i) != i:
             self.fault(array, i, None, "same token as %s[%d]" % (array, digests[digest]))
-        credential = ("token", item["token"]) if "token" in item else ("tokenSha256", item["tokenSha256"])
-        return self.collections(item, "%s[%d]." % (array, i), digest, credential)
+        key = "token" if "token" in item else "tokenSha256"
+        return self.collections(item, "%s[%d]." % (array, i), digest, (key, item[key]))
 
     def token(self, item: dict[str, Any], array: str, i: int) -> Optional[bytes]:
         if ("token" in item) == ("tokenSha256" in item):
@@ -563,13 +546,13 @@ class _Checker:
             self.fault(array, i, "token", problem)  # never the value: it is meant to be a secret
             return None
         value = item["tokenSha256"]
-        if type(value) is not str or not _SHA256_HEX.fullmatch(value):
-            # Never show the value either: it may be the token itself, pasted in the wrong field.
-            got = "a string of %d characters" % len(value) if type(value) is str else _show(value)
-            self.fault(array, i, "tokenSha256", "expected 64 hexadecimal digits (a SHA-256 digest, printf %%s "
-                       "TOKEN | sha256sum), got %s" % got)
-            return None
-        return bytes.fromhex(value)
+        if type(value) is str and _SHA256_HEX.fullmatch(value):
+            return bytes.fromhex(value)
+        # Never show the value either: it may be the token itself, pasted in the wrong field.
+        got = "a string of %d characters" % len(value) if type(value) is str else _show(value)
+        self.fault(array, i, "tokenSha256", "expected 64 hexadecimal digits (a SHA-256 digest, printf %%s TOKEN | "
+                   "sha256sum), got %s" % got)
+        return None
 
     def collections(self, item: dict[str, Any], prefix: str, digest: bytes,
                     credential: Optional[tuple[str, str]]) -> Account:
@@ -720,11 +703,9 @@ def _written(target: str, raw: list[bytes], old: Optional[os.stat_result],
             os.fchmod(fd, stat.S_IMODE(old.st_mode))
             with contextlib.suppress(PermissionError):  # only root can give a file away
                 os.fchown(fd, old.st_uid, old.st_gid)
-        for start in range(0, len(raw), 512):  # at most IOV_MAX (1024) pieces a call
-            pieces = raw[start:start + 512]
-            written = os.writev(fd, pieces)
-            view = memoryview(b"".join(pieces))[written:] if written < sum(map(len, pieces)) else b""
-            while view:  # a short write (a signal, a full disk): the rest, or its error
+        for piece in raw:  # as they are: no joined copy of the file
+            view = memoryview(piece)
+            while view:
                 view = view[os.write(fd, view):]
         os.fsync(fd)
 
@@ -753,23 +734,22 @@ def _written(target: str, raw: list[bytes], old: Optional[os.stat_result],
                 os.unlink(temporary)
 
 
-def _too_large(source: str, size: int, max_size: int) -> TooLarge:
-    return TooLarge(["%s: would be %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE); it is unchanged"
-                     % (source, megabytes(size), megabytes(max_size))])
+def _sized(source: str, raw: list[bytes], max_size: int) -> list[bytes]:
+    """``raw``, or TooLarge if the file it makes would be over ``max_size``."""
+    if sum(map(len, raw)) > max_size:
+        raise TooLarge(["%s: would be %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE); it is unchanged"
+                        % (source, megabytes(sum(map(len, raw))), megabytes(max_size))])
+    return raw
 
 
 def record(path: str, document: dict[str, Any], token: str, max_size: int = DEFAULT_MAX_SIZE) -> Store:
     """Check ``document`` as a one-account file for ``token`` and write it to ``path``; or DataError, file unchanged."""
     loaded = parse(encode(document), path, token)
-    raw = loaded.lines()
-    if sum(map(len, raw)) > max_size:
-        raise _too_large(path, sum(map(len, raw)), max_size)
+    raw = _sized(path, loaded.lines(), max_size)
     with contextlib.ExitStack() as stack:
-        target, old = os.path.realpath(path), None
-        if os.path.lexists(path):
-            target, old = stack.enter_context(_locked(path, time.monotonic() + LOCK_TIMEOUT))
-        with _written(target, raw, old, path) as rename:
-            rename()
+        target, old = stack.enter_context(_locked(path, time.monotonic() + LOCK_TIMEOUT)) if os.path.lexists(
+            path) else (os.path.realpath(path), None)
+        stack.enter_context(_written(target, raw, old, path))()
     return loaded
 
 
@@ -867,7 +847,7 @@ class DataFile:
 
     def __init__(self, path: str, token: Optional[str] = None, interval: float = 1.0, *,
                  fallback: Optional[str] = None, max_size: int = DEFAULT_MAX_SIZE, required: bool = True,
-                 writable: bool = False, limits: Limits = DEFAULT_LIMITS) -> None:
+                 writable: bool = False, limits: Limits = Limits()) -> None:  # noqa: B008 (immutable)
         if interval <= 0:
             raise ValueError("interval must be positive")
         self.path, self.interval, self.max_size, self.writable, self.limits = path, interval, max_size, writable, limits
@@ -956,10 +936,9 @@ class DataFile:
                     if new is item:
                         return did
                     changed = self._check(store, account, kind, item, new, name)
-                    fresh = store.with_account(account, changed)
-                    raw = fresh.lines()
-                    if sum(map(len, raw)) > self.max_size:
-                        raise _too_large(self.path, sum(map(len, raw)), self.max_size)
+                    at = store.accounts.index(account)
+                    fresh = dataclasses.replace(store, accounts=store.accounts[:at] + (changed,) + store.accounts[at + 1:])
+                    raw = _sized(self.path, fresh.lines(), self.max_size)
                     with _written(target, raw, old, self.path) as rename:
                         with self._lock:  # a read here waits for the rename, then has this version
                             if _stat(self.path) == signature:  # else saved by hand meanwhile: the change again on it
@@ -1030,15 +1009,11 @@ class DataFile:
         return parse(raw, self.path, self._token, self._fallback)
 
     def _learn(self, items: list[Any]) -> None:
-        """Note the line of each queue, and of each endpoint of each URL group, in ``items`` (see _parse)."""
-        if self._known is not None:
-            for item in items:
-                if isinstance(item, Queue):
-                    self._known[b"  %s," % item.raw] = item
-                elif isinstance(item, UrlGroup):
-                    self._known.update((b"    %s," % endpoint.raw, endpoint) for endpoint in item.endpoints)
-                elif isinstance(item, Endpoint):
-                    self._known[b"    %s," % item.raw] = item
+        """Note the line of each queue and endpoint in ``items``, and of each endpoint of a URL group (see _parse)."""
+        known = self._known if self._known is not None else {}
+        for item in filter(None, items):  # None: one removed
+            for one in item.endpoints if isinstance(item, UrlGroup) else (item,):
+                known[(b"    %s," if isinstance(one, Endpoint) else b"  %s,") % one.raw] = one
 
     def _load(self) -> Optional[DataError]:
         """Read and build the file; return its fault, if any (callers hold the lock, or are the constructor)."""

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from helpers import TOKEN_A, accounts_document, bearer, readme_section_block, serving, write_json
 
-import app as service
+import testing
 
 #: A user's suite, as the README's section on tests has it, but with the standard library's HTTP client (the SDK's
 #: own run is in tests/test_sdks.py): three tests each upsert the same queue and see only that one.
@@ -69,7 +69,7 @@ def test_serve_without_the_plugin_sets_nothing_in_the_process_and_stops_cleanly(
     thread and socket gone after it."""
     script = '''
 import json, signal, sys, threading, urllib.request
-from qstash_lists.app import serve
+from qstash_lists.testing import serve
 
 handlers = [signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)]
 before = set(threading.enumerate())
@@ -112,7 +112,7 @@ def test_the_recipe_for_other_languages_gives_each_test_the_fixture_again(tmp_pa
 
 
 def test_serve_is_writable_on_a_free_port_and_stops_while_a_client_is_connected() -> None:
-    with service.serve({"urlGroups": [], "queues": []}) as first, service.serve(accounts_document()) as second:
+    with testing.serve({"urlGroups": [], "queues": []}) as first, testing.serve(accounts_document()) as second:
         assert first.url != second.url and first.token != second.token
         conn = __import__("http.client").client.HTTPConnection(*second.url[7:].split(":"), timeout=10)
         conn.request("GET", "/v2/queues", headers=bearer(TOKEN_A))

@@ -124,7 +124,7 @@ def test_the_readmes_python_example_runs(server: Server, tmp_path: Path) -> None
 
 
 needs_sdk_and_pytest = pytest.mark.skipif(not os.path.exists(SDK_PYTHON) or subprocess.run(
-    [SDK_PYTHON, "-c", "import pytest, xdist, qstash_lists.pytest_plugin"], capture_output=True).returncode != 0,
+    [SDK_PYTHON, "-c", "import pytest, xdist, qstash_lists.testing"], capture_output=True).returncode != 0,
     reason="no Python SDK with pytest and qstash-lists beside it; " + HOW)
 
 
@@ -147,7 +147,7 @@ def test_the_same_suite_with_serve_and_no_plugin_passes(tmp_path: Path) -> None:
     suite = suite.replace("(qstash_server)", "()").replace("upsert_emails()", "upsert_emails(server)").replace(
         "    assert upsert_emails", "    with serve({\"urlGroups\": [], \"queues\": []}) as server:\n"
         "        assert upsert_emails")
-    (tmp_path / "test_users.py").write_text("from qstash_lists.app import serve\n" + suite)
+    (tmp_path / "test_users.py").write_text("from qstash_lists.testing import serve\n" + suite)
     done = subprocess.run([SDK_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:qstash_lists"],
                           cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "3 passed" in done.stdout, done.stdout + done.stderr

@@ -426,6 +426,12 @@ def test_another_process_reads_a_write_parsing_only_the_lines_it_changed(tmp_pat
         assert after.accounts[1].queues[name].parallelism == parallelism
         reused = [n for n, q in after.accounts[1].queues.items() if before.accounts[1].queues.get(n) is q]
         assert name not in reused and len(reused) >= 48 - (name == "new")
+    # The reader, which knows the lines now, writes too: a delete and an upsert, seen by the writer.
+    digest = hashlib.sha256(TOKEN_B.encode()).digest()
+    assert reader.update(digest, "queues", "new", store.delete_item) == "deleted"
+    assert reader.update(digest, "queues", "q11", store.upsert_queue, "q11", 9, True) == "queue updated"
+    seen = writer.current()
+    assert seen is not None and "new" not in seen.accounts[1].queues and seen.accounts[1].queues["q11"].paused
     loaded, last = store.load(str(path), None), reader.current()
     assert last is not None and [a.lines for a in loaded.accounts] == [a.lines for a in last.accounts]
     path.write_text(json.dumps(on_disk(path), indent=4))  # a hand edit, in another layout
