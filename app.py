@@ -139,14 +139,11 @@ class BadRequest(HTTPError):
 
 
 class Unavailable(HTTPError):
-    """No good version of the data file has been loaded yet (see make_app), or a write could not be made."""
+    """No good version of the data file has been loaded yet (see make_app)."""
 
     status = HTTPStatus.SERVICE_UNAVAILABLE
     message = ("service unavailable: the server's data file cannot be served yet; the server log names "
                "the fault and its fix, and the file is served as soon as it is good")
-
-    def __init__(self, message: Optional[str] = None, why: str = "no good data file yet") -> None:
-        super().__init__(message, [("Retry-After", "1")], why)
 
 
 class MethodNotAllowed(HTTPError):
@@ -156,8 +153,8 @@ class MethodNotAllowed(HTTPError):
 
     def __init__(self, allowed: Sequence[str], takes: Sequence[str], method: str) -> None:
         writes = ", ".join(m for m in takes if m not in allowed)  # a read-only server's
-        message = ("method not allowed: this server is read-only; start it with --writable (or QSTASH_LISTS_WRITABLE=1) "
-                   "to take QStash's writes of URL groups and queues" if method in takes else "method not allowed: "
+        message = ("method not allowed: this server is read-only; start it with --writable (or QSTASH_LISTS_WRITABLE"
+                   "=1) to take QStash's writes of URL groups and queues" if method in takes else "method not allowed: "
                    "this path answers %s" % ", ".join(list(takes) + ["HEAD"] * ("GET" in takes)) + (
                        " (%s: writes, taken once the server is started with --writable, or QSTASH_LISTS_WRITABLE=1)"
                        % writes if writes else ""))
@@ -191,9 +188,8 @@ def _json_answer(status: HTTPStatus, document: Any, headers: Sequence[Tuple[str,
 
 # ---- Response bodies: encoded once per loaded data file ------------------------------------------
 class Body:
-    """One response body and the headers of its 200 and 304 answers, built once per snapshot; its ETag a digest
-    of the bytes; its gzip twin made on first demand.  ``cache``: PRIVATE for one account's lists, NO_STORE for
-    signing keys."""
+    """One response body and the headers of its 200 and 304 answers, built once; its ETag a digest of the bytes; its
+    gzip twin made on first demand.  ``cache``: PRIVATE for one account's lists, NO_STORE for signing keys."""
 
     __slots__ = ("data", "etag", "compressible", "not_modified", "headers", "_gzip")
 
@@ -231,7 +227,7 @@ def body(account: store.Account, path: str, name: Optional[str]) -> Optional[Bod
         if item is None:
             raise _no_such(noun, name)
         found = Body(item.raw, PRIVATE)
-    return typing.cast(Optional[Body], account.cache.setdefault(key, found))  # two threads may both encode it: one is kept
+    return typing.cast(Optional[Body], account.cache.setdefault(key, found))  # two threads may both make it
 
 
 # ---- Requests: the route, the credential, a write's body -----------------------------------------
@@ -364,8 +360,7 @@ def _host_is_local(host: Optional[str], allowed: Iterable[str]) -> bool:
 
 # ---- The WSGI app --------------------------------------------------------------------------------
 def respond(environ: WSGIEnvironment, source: store.DataFile, allowed_hosts: Iterable[str] = ()) -> Answer:
-    """Answer one request: a web page's refused, the route and method, the health check, or name, auth, then the
-    body or the change."""
+    """Answer one request: a web page's refused; the route, the method, the health check; name, auth, body or change."""
     if environ.get("HTTP_ORIGIN") is not None or environ.get("HTTP_SEC_FETCH_SITE") in ("cross-site", "same-site"):
         raise HTTPError("forbidden: this server takes no request from a web page (it has no CORS): any site could "
                         "otherwise read and change your lists; call it from your code, an SDK or curl",
@@ -382,7 +377,7 @@ def respond(environ: WSGIEnvironment, source: store.DataFile, allowed_hosts: Ite
         raise BadRequest("bad request: a %s's name has %s" % (FIELDS[collection][1], store.NAME_RULE))
     loaded = source.current()
     if loaded is None:
-        raise Unavailable()
+        raise Unavailable(headers=[("Retry-After", "1")], why="no good data file yet")
     account = loaded.find(_credential(environ))
     if account is None:
         raise Unauthorized("unknown token")
@@ -470,9 +465,8 @@ def health(status: store.Status) -> Answer:
                 "loadedAt": None if status.loaded_at is None else _utc(status.loaded_at),
                 "stale": status.failed_at is not None,
                 "failedAt": None if status.failed_at is None else _utc(status.failed_at)}
-    if ready:
-        return _json_answer(HTTPStatus.OK, document)
-    return _json_answer(HTTPStatus.SERVICE_UNAVAILABLE, document, [("Retry-After", "1")])
+    return _json_answer(HTTPStatus.OK, document) if ready else _json_answer(
+        HTTPStatus.SERVICE_UNAVAILABLE, document, [("Retry-After", "1")])
 
 
 def create_app(source: store.DataFile, access_log: bool | AccessLog = True,
@@ -680,15 +674,14 @@ SETTINGS: Dict[str, Setting] = {
                         "the QStash API that --record reads"),
     "record_timeout": Setting("--record-timeout", "QSTASH_LISTS_RECORD_TIMEOUT", "30", _seconds,
                               "seconds --record may take to fetch the account, in all"),
-    "max_items": Setting("--max-items", "QSTASH_LISTS_MAX_ITEMS", "1000", _whole(1, 10**9),
-                         "the most queues, and URL groups, that writes may make in one account (then 412)"),
-    "max_endpoints": Setting("--max-endpoints", "QSTASH_LISTS_MAX_ENDPOINTS", "1000", _whole(1, 10**9),
-                             "the most endpoints that writes may give one URL group (then 412)"),
-    "max_name": Setting("--max-name", "QSTASH_LISTS_MAX_NAME", "200", _whole(1, 1000),
-                        "the longest name of a queue or URL group that a write may make (then 400)"),
-    "allowed_hosts": Setting("--allowed-hosts", "QSTASH_LISTS_ALLOWED_HOSTS", None, _hosts,
-                             "names besides IP addresses and localhost by which the dev token may reach the server "
-                             "(comma-separated)"),
+    "max_items": Setting("--max-items", "QSTASH_LISTS_MAX_ITEMS", "1000", _whole(1, 10**9), "the most queues, and "
+                         "URL groups, that writes may make in one account (then 412)"),
+    "max_endpoints": Setting("--max-endpoints", "QSTASH_LISTS_MAX_ENDPOINTS", "1000", _whole(1, 10**9), "the most "
+                             "endpoints that writes may give one URL group (then 412)"),
+    "max_name": Setting("--max-name", "QSTASH_LISTS_MAX_NAME", "200", _whole(1, 1000), "the longest name of a queue "
+                        "or URL group that a write may make (then 400)"),
+    "allowed_hosts": Setting("--allowed-hosts", "QSTASH_LISTS_ALLOWED_HOSTS", None, _hosts, "names besides IP "
+                             "addresses and localhost by which the dev token may reach it (comma-separated)"),
     "host": Setting("--host", None, "127.0.0.1", str, "address to listen on"),
     "port": Setting("--port", None, "8080", _whole(0, 65535), "port; 0 picks a free one"),
     "threads": Setting("--threads", None, "8", _whole(1, MAX_THREADS), "waitress worker threads"),
@@ -854,16 +847,12 @@ def _banner(settings: Mapping[str, Any], loaded: store.Store, urls: List[str], p
 
 
 def run(server: Any, socket_map: Dict[int, Any], stop_timeout: float, stop: threading.Event) -> None:
-    """Serve until ``stop`` is set, then refuse new connections, close idle ones and let the answers in flight
-    finish, for at most ``stop_timeout`` seconds (where waitress has channels; else at once, as waitress.serve);
-    then close every socket."""
-    try:
-        from waitress import wasyncore
-        from waitress.channel import HTTPChannel
-        from waitress.server import BaseWSGIServer
-    except ImportError:
-        logger.warning("this waitress has no channels as 3.0 has: SIGTERM stops at once, not gracefully")
-        return server.run()  # type: ignore[no-any-return]
+    """Serve until ``stop`` is set, then refuse new connections, close idle ones, let the answers in flight finish
+    for at most ``stop_timeout`` seconds, and close every socket."""
+    from waitress import wasyncore
+    from waitress.channel import HTTPChannel
+    from waitress.server import BaseWSGIServer
+
     while not stop.is_set():
         wasyncore.loop(timeout=0.5, map=socket_map, use_poll=True, count=1)
     deadline = time.monotonic() + stop_timeout
@@ -910,20 +899,14 @@ def _utc(created: float) -> str:
     return "%s.%03dZ" % (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)), int(created % 1 * 1000))
 
 
-def _program() -> str:
-    """The command as it was run, for --help, --version and hints."""
-    if __name__ != "__main__":
-        return "qstash-lists"  # the console script
-    if __spec__ is not None:
-        return "python -m " + __spec__.name
-    return "python " + os.path.basename(sys.argv[0])
-
-
 def _parser() -> argparse.ArgumentParser:
     environment = ["%s: %s (%s)" % (s.env, s.help, "for " + s.option if s.option else "default: " + str(s.default))
                    for s in SETTINGS.values() if s.env]
     parser = argparse.ArgumentParser(
-        prog=_program(), formatter_class=argparse.RawDescriptionHelpFormatter,
+        # The command as it was run, for --help, --version and hints: the console script's, -m's, or a script's.
+        prog="qstash-lists" if __name__ != "__main__" else "python " + ("-m " + __spec__.name if __spec__ is not None
+                                                                         else os.path.basename(sys.argv[0])),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Serve QStash's URL groups and queues (GET /v2/topics, /v2/queues and one of each by name; "
                     "with --writable, their writes too) from a JSON data file.",
         epilog="environment (the command line wins; nothing else is read):\n  " + "\n  ".join(environment)

@@ -263,21 +263,17 @@ class Account:
 
     def with_item(self, kind: str, name: str, item: Optional[Item]) -> "Account":
         """Return this account with ``item`` in place of the one named ``name`` (at the end if new; None: removed)."""
-        items = dict(getattr(self, kind))
+        items = {**getattr(self, kind), name: item}
         if item is None:
             del items[name]
-        else:
-            items[name] = item
         return dataclasses.replace(self, **{kind: items})  # type: ignore[arg-type]
 
     @cached_property
     def lines(self) -> bytes:
         """This account's object in the data file: a queue, URL group or endpoint a line."""
-        head = [] if self.credential is None else ["%s: %s" % (json.dumps(self.credential[0]), json.dumps(
-            self.credential[1]))]
+        head = [json.dumps(dict([self.credential]))[1:-1]] if self.credential else []
         if self.signing_keys is not None:
-            head.append('"signingKeys": ' + json.dumps(dict(zip(("current", "next"), self.signing_keys)),
-                                                       ensure_ascii=False))
+            head.append(json.dumps({"signingKeys": dict(zip(("current", "next"), self.signing_keys))})[1:-1])
         parts = [b"{", ",\n ".join(head + [""]).encode()]
         for key, items in (("urlGroups", self.url_groups), ("queues", self.queues)):
             lines = [item.lines for item in items.values()]
@@ -471,12 +467,9 @@ class _Checker:
         """Build the item of kind ``cls`` at ``array[i]`` by its schema, or note its faults and return None."""
         if type(value) is int and self.known is not None:  # a line the DataFile knew: its item, checked already
             known: Any = next(self.known, None)
-            if type(known) is not cls:
-                self.fault(array, i, None, "(a known line out of place)")
-                return None
-            if known.name is None or seen.setdefault(known.name, i) == i:  # its name keeps its rule: is it new?
+            if type(known) is cls and (known.name is None or seen.setdefault(known.name, i) == i):  # a new name?
                 return known
-            self.name(known.name, array, i, seen, is_text)  # says it is a duplicate
+            self.fault(array, i, None, "a line out of place, or a name twice")  # the whole parse then says which
             return None
         item = self.fields(value, array, i, cls)
         if item is None:
@@ -837,12 +830,11 @@ Change = Callable[..., tuple[Optional[Item], str]]
 class DataFile:
     """The last good :class:`Store` of a data file that may change while it is served, and its one writer.
 
-    A reloader thread looks at the file's signature every ``interval`` seconds (or when woken), builds a
-    changed version aside and puts it in service whole; a fault is logged when it starts and ends, and the last
-    good version stays.  Each process has its own reloader, started by a child's first call (see after_fork).
-    ``token`` and ``fallback``: see :func:`parse`.  The first load raises DataError if ``required``; else
-    :meth:`current` is None until a good version appears.  ``writable``: :meth:`update` writes the file, and
-    :meth:`current` first looks whether another process has, so that every next read sees a write.
+    A reloader thread looks at the file's signature every ``interval`` seconds (or when woken), builds a changed
+    version aside and puts it in service whole; a fault is logged when it starts and ends, and the last good version
+    stays.  A forked child's first call starts its own (see after_fork).  ``token``, ``fallback``: see :func:`parse`.
+    The first load raises DataError if ``required``; else :meth:`current` is None until a good version appears.
+    ``writable``: :meth:`update` writes the file, and :meth:`current` first looks whether another process has.
     """
 
     def __init__(self, path: str, token: Optional[str] = None, interval: float = 1.0, *,
@@ -883,10 +875,7 @@ class DataFile:
         with self._lock:
             signature, store, status = self._state
             if status.version is None and store is not None:  # a health check pays for it, once a version
-                digest = hashlib.sha256()
-                for piece in self._raw:
-                    digest.update(piece)
-                status = status._replace(version=digest.hexdigest())
+                status = status._replace(version=hashlib.sha256(b"".join(self._raw)).hexdigest())
                 self._state = (signature, store, status)
         if status.failed_at is None and status.version is not None and _stat(self.path) != signature:
             return status._replace(failed_at=time.time())  # changed since, and not yet looked at
@@ -935,9 +924,7 @@ class DataFile:
                     new, did = change(item, int(time.time() * 1000), *args)
                     if new is item:
                         return did
-                    changed = self._check(store, account, kind, item, new, name)
-                    at = store.accounts.index(account)
-                    fresh = dataclasses.replace(store, accounts=store.accounts[:at] + (changed,) + store.accounts[at + 1:])
+                    fresh = self._changed(store, account, kind, name, item, new)
                     raw = _sized(self.path, fresh.lines(), self.max_size)
                     with _written(target, raw, old, self.path) as rename:
                         with self._lock:  # a read here waits for the rename, then has this version
@@ -963,9 +950,9 @@ class DataFile:
                 self._put(signature, store, [raw])
             return signature, store
 
-    def _check(self, store: Store, account: Account, kind: str, item: Optional[Item], new: Optional[Item],
-               name: str) -> Account:
-        """The account with ``new`` in place of ``item``, or LimitReached or TooLarge if it is over the limits: they
+    def _changed(self, store: Store, account: Account, kind: str, name: str, item: Optional[Item],
+                 new: Optional[Item]) -> Store:
+        """``store`` with ``new`` in place of ``item``, or LimitReached or TooLarge if that is over the limits: they
         bound what writes create (an account that holds more may keep it, or shrink)."""
         items, limits = getattr(account, kind), self.limits
         if item is None and len(items) >= limits.items:
@@ -974,14 +961,12 @@ class DataFile:
         have = len(item.endpoints) if isinstance(item, UrlGroup) else 0
         if isinstance(new, UrlGroup) and len(new.endpoints) > max(limits.endpoints, have):
             raise LimitReached(["a URL group may have %d endpoints at the most (--max-endpoints)" % limits.endpoints])
-        changed = account.with_item(kind, name, new)
-        share = self.max_size // len(store.accounts)
+        changed, share, at = account.with_item(kind, name, new), self.max_size // len(store.accounts), \
+            store.accounts.index(account)
         if len(changed.lines) > max(share, len(account.lines)):  # no account takes the room of the others
-            raise TooLarge(["%s: this account would be %s, over its share of --max-size (%s of %s, shared by %d "
-                            "accounts); it is unchanged" % (self.path, megabytes(len(changed.lines)),
-                                                             megabytes(share), megabytes(self.max_size),
-                                                             len(store.accounts))])
-        return changed
+            raise TooLarge(["%s: this account would be %s, over its share of --max-size (%s: %d accounts)"
+                            % (self.path, megabytes(len(changed.lines)), megabytes(share), len(store.accounts))])
+        return dataclasses.replace(store, accounts=store.accounts[:at] + (changed,) + store.accounts[at + 1:])
 
     def _parse(self, raw: bytes) -> Store:
         """Build the store of ``raw``, reusing each queue and endpoint whose line the data file had as a writer wrote
@@ -990,8 +975,8 @@ class DataFile:
         store = self._state[1]
         if store is not None and self._known is None:
             self._known = {}
-            self._learn([item for account in store.accounts for item in account.queues.values()] +
-                        [group for account in store.accounts for group in account.url_groups.values()])
+            self._learn([item for account in store.accounts for kind in (account.queues, account.url_groups)
+                         for item in kind.values()])
         known = self._known or {}
         built: list[Any] = []
         lines = raw.split(b"\n")

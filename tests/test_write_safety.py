@@ -3,14 +3,16 @@ the writes before its fix (a web page changing the file, a request that stalls e
 takes every worker, a hand edit lost, two writers sharing a temporary file, a write in another account,
 a bad body answered 500, an account taking another's room)."""
 
+import contextlib
 import fcntl
 import http.client
 import json
 import math
 import os
+import stat
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, cast
+from typing import Any, Dict, Iterator, List, Optional, Tuple, cast
 
 import pytest
 from helpers import ALPHA_QUEUE, TOKEN_A, TOKEN_B, Response, accounts_document, call, serving, write_json
@@ -147,13 +149,13 @@ def test_while_another_process_holds_the_lock_writes_get_503_and_reads_are_answe
 
 
 # ---- 4. A hand edit is never lost ------------------------------------------------------------------
-def edit_during_the_write(monkeypatch: Any, path: Path, edit: Any) -> None:
+def edit_during_the_write(monkeypatch: Any, path: Path, edit: Any, times: int = 1) -> None:
     """Have ``edit`` save the file (as an editor, taking no lock) once the writer has written its version aside."""
     real, done = os.fsync, cast(List[int], [])
 
     def fsync(fd: int) -> None:
         real(fd)
-        if not done:
+        if len(done) < times and stat.S_ISREG(os.fstat(fd).st_mode):  # the file, not its folder
             done.append(1)
             edit()
 
@@ -179,6 +181,19 @@ def test_a_hand_edit_saved_during_a_write_is_kept_and_the_write_made_on_it(path:
     assert [q["name"] for q in after["accounts"][1]["queues"]] == ["reports", "by-hand"]
     assert [q["name"] for q in after["accounts"][0]["queues"]] == ["emails", "jobs"]
     assert sorted(p.name for p in path.parent.iterdir()) == ["data.json"]
+
+
+def test_a_write_gives_up_on_a_file_saved_by_hand_during_each_of_its_attempts(path: Path, monkeypatch: Any) -> None:
+    app = writable(path)
+    document, saved = on_disk(path), []
+
+    def edit() -> None:
+        document["accounts"][1]["queues"].append(dict(ALPHA_QUEUE, name="by-hand-%d" % len(saved)))
+        saved.append(write_json(path, document).read_bytes())
+
+    edit_during_the_write(monkeypatch, path, edit, times=store.WRITE_ATTEMPTS)
+    response = send(app, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 1})
+    assert response.status == 409 and path.read_bytes() == saved[-1] and len(saved) == store.WRITE_ATTEMPTS
 
 
 def test_a_broken_hand_edit_saved_during_a_write_is_never_overwritten(path: Path, monkeypatch: Any) -> None:
@@ -209,15 +224,35 @@ def test_nothing_at_a_fixed_name_blocks_a_write_and_each_write_has_its_own_tempo
 
 
 # ---- 6. A write goes to the token's own account, or nowhere ---------------------------------------
-def test_a_write_to_a_file_swapped_for_another_goes_nowhere_but_its_own_account(tmp_path: Path) -> None:
+@pytest.mark.parametrize("when", ["before the request", "while the write waits for the lock"])
+def test_a_write_to_a_file_swapped_for_another_goes_nowhere_but_its_own_account(tmp_path: Path, monkeypatch: Any,
+                                                                               when: str) -> None:
     path = write_json(tmp_path / "data.json", {"accounts": [{"token": "tok-alice", "queues": []}]})
     data = service.open_data(str(path), None, interval=3600, writable=True, fallback=service.DEV_TOKEN)
     app = service.create_app(data, access_log=False)
     one = write_json(tmp_path / "one.json", {"queues": []})  # the dev token's account, once in service
-    os.replace(one, path)
-    before = path.read_bytes()
+    real = store._locked
+
+    @contextlib.contextmanager
+    def swapped(*args: Any) -> Iterator[Any]:
+        os.replace(one, path)  # after the request was authenticated, before the write has the lock
+        with real(*args) as locked:
+            yield locked
+
+    if when == "before the request":
+        os.replace(one, path)
+    else:
+        monkeypatch.setattr(store, "_locked", swapped)
     response = send(app, "POST", "/v2/queues", {"queueName": "x", "parallelism": 1}, token="tok-alice")
-    assert response.status == 401 and path.read_bytes() == before
+    assert response.status == 401 and on_disk(path) == {"queues": []}
+
+
+def test_a_write_waits_for_this_processes_other_writes_no_longer_than_for_anothers(path: Path) -> None:
+    data = service.open_data(str(path), None, interval=3600, writable=True)
+    app = service.create_app(data, access_log=False)
+    with data._writing:  # another thread's write, stuck
+        response = send(app, "POST", "/v2/queues", {"queueName": "x", "parallelism": 1})
+    assert (response.status, response.headers["Retry-After"]) == (503, "1")
 
 
 # ---- 7. Every bad body is a 400 naming the field ---------------------------------------------------
