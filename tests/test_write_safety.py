@@ -185,7 +185,7 @@ def test_a_hand_edit_saved_during_a_write_is_kept_and_the_write_made_on_it(path:
 
 def test_a_write_gives_up_on_a_file_saved_by_hand_during_each_of_its_attempts(path: Path, monkeypatch: Any) -> None:
     app = writable(path)
-    document, saved = on_disk(path), []
+    document, saved = on_disk(path), cast(List[bytes], [])
 
     def edit() -> None:
         document["accounts"][1]["queues"].append(dict(ALPHA_QUEUE, name="by-hand-%d" % len(saved)))
