@@ -596,14 +596,9 @@ def _printable(text: str) -> str:
 
 
 # ---- Settings and make_app -----------------------------------------------------------------------
-class Setting(NamedTuple):
-    """A setting's option and environment variable (either may be None), default, parser and help."""
-
-    option: Optional[str]
-    env: Optional[str]
-    default: Optional[str]
-    parse: Callable[[str], Any]
-    help: str
+#: A setting's option and environment variable (either may be None), default, parser and help.
+Setting = NamedTuple("Setting", [("option", Optional[str]), ("env", Optional[str]), ("default", Optional[str]),
+                                 ("parse", Callable[[str], Any]), ("help", str)])
 
 
 def _token(text: str) -> str:

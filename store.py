@@ -38,13 +38,11 @@ EXAMPLE: dict[str, Any] = {"urlGroups": [
         {"name": "billing", "url": "https://billing.example.com/hooks/orders"},
         {"name": "shipping", "url": "https://shipping.example.com/hooks/orders"}]},
     {"createdAt": 1700001000000, "updatedAt": 1700001000000, "name": "signups",
-     "endpoints": [{"url": "https://crm.example.com/webhooks/signup"}]},
-], "queues": [
+     "endpoints": [{"url": "https://crm.example.com/webhooks/signup"}]}], "queues": [
     {"createdAt": 1700000000000, "updatedAt": 1700000000000, "name": "emails", "parallelism": 2, "lag": 0,
      "paused": False},
     {"createdAt": 1700002000000, "updatedAt": 1700003000000, "name": "reports", "parallelism": 1, "lag": 12,
-     "paused": True},
-]}
+     "paused": True}]}
 DEFAULT_MAX_SIZE = 64 * 1024 * 1024  # a larger data file is refused (--max-size); loading takes several times it
 MAX_SAFE_INTEGER = 2**53 - 1  # the largest integer a JavaScript client reads back exactly
 _YEAR_2001_MS = 978307200000
@@ -942,13 +940,10 @@ class DataFile:
         with self._lock:
             signature, store, status = self._state
             if _stat(self.path) != signature or status.failed_at is not None or store is None:
-                raw, signature = read(self.path, self.max_size)
-                try:
-                    store = self._parse(raw)
-                except DataError as exc:  # never overwrite a version that does not load
-                    raise Conflict(exc.faults) from None
-                self._put(signature, store, [raw])
-            return signature, store
+                fault = self._load()
+                if fault is not None:  # never overwrite a version that does not load
+                    raise fault if isinstance(fault, FileChanging) else Conflict(fault.faults)
+            return self._state[0], cast(Store, self._state[1])
 
     def _changed(self, store: Store, account: Account, kind: str, name: str, item: Optional[Item],
                  new: Optional[Item]) -> Store:
@@ -1026,16 +1021,13 @@ class DataFile:
     def _report(self, fault: DataError) -> None:
         """Log a fault when it starts (not at every look while it lasts)."""
         first = fault.faults[0] if fault.faults else type(fault).__name__
-        if first == self._fault:
-            return
-        self._fault = first
-        if isinstance(fault, FileChanging):
-            logger.warning("%s", fault.faults[0])
-            return
-        for line in fault.faults:
-            logger.error("%s", line)
-        outcome = "serving 503 until it is valid" if self._state[1] is None else "keeping the last good version"
-        logger.error("%s: %s", self.path, outcome)
+        if first != self._fault:
+            self._fault, passing = first, isinstance(fault, FileChanging)  # a writer busy with it: a warning
+            for line in fault.faults:
+                logger.log(logging.WARNING if passing else logging.ERROR, "%s", line)
+            if not passing:
+                logger.error("%s: %s", self.path, "serving 503 until it is valid" if self._state[1] is None else
+                             "keeping the last good version")
 
     def _start(self) -> None:
         """Start this process's reloader, holding only a weak reference: a DataFile nobody uses stops it."""
