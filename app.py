@@ -4,8 +4,6 @@ It answers the reads of ``/v2/topics``, ``/v2/queues`` (each list and one item b
 behind bearer-token auth; with ``--writable``, QStash's writes of both, saved to the file.  Serve with
 ``python app.py`` (``--help`` lists the settings); embed with ``make_app``, the factory for waitress-serve,
 gunicorn and uWSGI, or ``create_app(open_data(...))``.  Standard library only; waitress only to serve.
-Sections, in reading order: errors, response bodies, requests, the WSGI app, the access log, settings
-and make_app, the command line and serving, --record.
 """
 
 from __future__ import annotations
@@ -113,11 +111,9 @@ class HTTPError(Exception):
 
     def __init__(self, message: Optional[str] = None, headers: Sequence[Tuple[str, str]] = (),
                  why: Optional[str] = None, status: Optional[HTTPStatus] = None) -> None:
-        self.message = message or self.message
-        self.status = status or self.status
+        self.message, self.status, self.headers, self.why = message or self.message, status or self.status, list(
+            headers), why
         super().__init__(self.message)
-        self.headers = list(headers)
-        self.why = why
 
     def render(self) -> Answer:
         """Return the status line, headers, body and why of this error."""
@@ -419,12 +415,11 @@ def write(environ: WSGIEnvironment, source: store.DataFile, account: store.Accou
     """Make one of QStash's writes to the token's account in the data file; answer the item as it is now."""
     method, (field, noun) = environ.get("REQUEST_METHOD"), FIELDS[route.split("/{")[0]]
     longest = source.limits.name
-    named = (lambda v: store.is_name(v) and len(v) <= longest, "a name of %s, at most %d characters (--max-name)"
-             % (store.NAME_RULE, longest))
     change: Tuple[Any, ...]  # a change in store, and what it takes after the item and the time
     if route == "/v2/queues":
         body = _body(environ)
-        name = _field(body, "queueName", *named)
+        name = _field(body, "queueName", lambda v: store.is_name(v) and len(v) <= longest, "a name of %s, at most "
+                      "%d characters (--max-name)" % (store.NAME_RULE, longest))
         change = (store.upsert_queue, name, _field(body, "parallelism", lambda v: v is None or (
             store.is_whole(v) and v >= 1), "a whole number from 1 to 2**53 - 1 (1 if left out)"),
                   _field(body, "paused", lambda v: v is None or type(v) is bool, "true or false"))
@@ -451,10 +446,8 @@ def write(environ: WSGIEnvironment, source: store.DataFile, account: store.Accou
                         status) from None
     if did == "no such " + noun:
         raise _no_such(noun, name or "")
-    loaded = source.current()  # the write's own version, or a later one
-    fresh = None if loaded is None else loaded.by_digest.get(account.token_sha256)
-    item = None if fresh is None or name is None else fresh.item(field, name)
-    return _json_answer(HTTPStatus.OK, item or {}, why=did)
+    fresh = typing.cast(store.Store, source.current()).by_digest.get(account.token_sha256)  # this write's, or later
+    return _json_answer(HTTPStatus.OK, fresh and name and fresh.item(field, name) or {}, why=did)
 
 
 def health(status: store.Status) -> Answer:
@@ -516,10 +509,8 @@ class AccessLog(logging.Handler):
     back no request, log call or stop: past ACCESS_LOG_BACKLOG, lines are dropped and counted."""
 
     def __init__(self, stream: Any) -> None:
-        self._stream = stream
+        self._stream, self._dropped, self._stopping = stream, 0, threading.Event()
         self._entries: collections.deque[Tuple[Any, ...]] = collections.deque()
-        self._dropped = 0
-        self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="qstash-lists access log", daemon=True)
         self._thread.start()
         super().__init__()  # last: logging closes a handler at exit, which needs the thread

@@ -169,9 +169,9 @@ class _Item:
         """The API's compact JSON of this item: its list entry, its answer and its line in the data file."""
         return encode(self)
 
-    @cached_property
+    @property
     def lines(self) -> bytes:
-        """This item as the data file holds it: one line (an endpoint of a URL group on a line of its own)."""
+        """This item as the data file holds it: one line (but a URL group's endpoints are one a line)."""
         return self.raw
 
 
@@ -258,13 +258,6 @@ class Account:
     def item(self, kind: str, name: str) -> Optional[Item]:
         """Return the item of ``kind`` ("url_groups" or "queues") named ``name``, or None."""
         return cast("Mapping[str, Item]", getattr(self, kind)).get(name)
-
-    def with_item(self, kind: str, name: str, item: Optional[Item]) -> "Account":
-        """Return this account with ``item`` in place of the one named ``name`` (at the end if new; None: removed)."""
-        items = {**getattr(self, kind), name: item}
-        if item is None:
-            del items[name]
-        return dataclasses.replace(self, **{kind: items})  # type: ignore[arg-type]
 
     @cached_property
     def lines(self) -> bytes:
@@ -424,9 +417,8 @@ class _Checker:
                     self.fault("(top level)", None, key, "unknown key next to 'accounts' (a file lists accounts, "
                                "or holds 'urlGroups' and 'queues' of one account, not both)")
             digests: dict[bytes, int] = {}
-            built = [self.account(v, "accounts", i, digests) for i, v in enumerate(self.each(value["accounts"],
-                                                                                            "accounts"))]
-            return tuple(account for account in built if account is not None)
+            return tuple(account for i, v in enumerate(self.each(value["accounts"], "accounts"))
+                         for account in (self.account(v, "accounts", i, digests),) if account is not None)
         top = self.fields(value, "(top level)", None, "(top level)")
         if top is None:
             return ()
@@ -550,9 +542,8 @@ class _Checker:
         arrays = {}
         for key, kind, cls in ARRAYS:
             seen: dict[str, int] = {}
-            built = [self.item(v, prefix + key, i, cls, seen) for i, v in enumerate(self.each(item.get(key, []),
-                                                                                              prefix + key))]
-            arrays[kind] = {one.name: one for one in built if one is not None}
+            arrays[kind] = {one.name: one for i, v in enumerate(self.each(item.get(key, []), prefix + key))
+                            for one in (self.item(v, prefix + key, i, cls, seen),) if one is not None}
         keys, value = None, item.get("signingKeys")
         if value is not None and type(value) is not dict:  # never the value: signing keys are secrets
             self.fault(prefix + "signingKeys", None, None, "expected an object with 'current' and 'next'")
@@ -956,8 +947,11 @@ class DataFile:
         have = len(item.endpoints) if isinstance(item, UrlGroup) else 0
         if isinstance(new, UrlGroup) and len(new.endpoints) > max(limits.endpoints, have):
             raise LimitReached(["a URL group may have %d endpoints at the most (--max-endpoints)" % limits.endpoints])
-        changed, share, at = account.with_item(kind, name, new), self.max_size // len(store.accounts), \
-            store.accounts.index(account)
+        items = {**items, name: new}  # in place of the one of its name, or at the end
+        if new is None:
+            del items[name]
+        changed = dataclasses.replace(account, **{kind: items})  # type: ignore[arg-type]
+        share, at = self.max_size // len(store.accounts), store.accounts.index(account)
         if len(changed.lines) > max(share, len(account.lines)):  # no account takes the room of the others
             raise TooLarge(["%s: this account would be %s, over its share of --max-size (%s: %d accounts)"
                             % (self.path, megabytes(len(changed.lines)), megabytes(share), len(store.accounts))])
