@@ -646,28 +646,24 @@ def _switch(text: str) -> bool:
 #: Every setting, read in one place (read_settings): the command line wins over the environment, then the default.
 SETTINGS: Dict[str, Setting] = {
     "data": Setting("--data", "QSTASH_LISTS_DATA", "data.json", str, "the data file"),
-    "token": Setting(None, "QSTASH_TOKEN", None, _token, "the token of a one-account data file (without it, on "
-                     "loopback only, the dev token that 'qstash dev' documents)"),
-    "writable": Setting(None, "QSTASH_LISTS_WRITABLE", "0", _switch,
-                        "1: take QStash's writes of URL groups and queues, saved to the data file (--writable)"),
-    "max_size": Setting("--max-size", "QSTASH_LISTS_MAX_SIZE", "64M", _size,
-                        "refuse a data file larger than this many bytes; K, M or G may follow"),
-    "interval": Setting("--interval", "QSTASH_LISTS_INTERVAL", "1", _seconds,
-                        "seconds between looks at the data file (SIGHUP: look now)"),
+    "token": Setting(None, "QSTASH_TOKEN", None, _token, "a one-account file's token (unset: the dev token, loopback)"),
+    "writable": Setting(None, "QSTASH_LISTS_WRITABLE", "0", _switch, "1: take QStash's writes, saved to the file"),
+    "max_size": Setting("--max-size", "QSTASH_LISTS_MAX_SIZE", "64M", _size, "the largest data file (64M, 2G, ...)"),
+    "interval": Setting("--interval", "QSTASH_LISTS_INTERVAL", "1", _seconds, "seconds between looks at the data file"),
     "stop_timeout": Setting("--stop-timeout", "QSTASH_LISTS_STOP_TIMEOUT", "10", _seconds,
                             "seconds the answers in flight may take to finish after SIGTERM or Ctrl-C"),
     "upstream": Setting("--upstream", "QSTASH_LISTS_UPSTREAM", "https://qstash.upstash.io", _http_url,
                         "the QStash API that --record reads"),
     "record_timeout": Setting("--record-timeout", "QSTASH_LISTS_RECORD_TIMEOUT", "30", _seconds,
                               "seconds --record may take to fetch the account, in all"),
-    "max_items": Setting("--max-items", "QSTASH_LISTS_MAX_ITEMS", "1000", _whole(1, 10**9), "the most queues, and "
-                         "URL groups, that writes may make in one account (then 412)"),
-    "max_endpoints": Setting("--max-endpoints", "QSTASH_LISTS_MAX_ENDPOINTS", "1000", _whole(1, 10**9), "the most "
-                             "endpoints that writes may give one URL group (then 412)"),
-    "max_name": Setting("--max-name", "QSTASH_LISTS_MAX_NAME", "200", _whole(1, 1000), "the longest name of a queue "
-                        "or URL group that a write may make (then 400)"),
-    "allowed_hosts": Setting("--allowed-hosts", "QSTASH_LISTS_ALLOWED_HOSTS", None, _hosts, "names besides IP "
-                             "addresses and localhost by which the dev token may reach it (comma-separated)"),
+    "max_items": Setting("--max-items", "QSTASH_LISTS_MAX_ITEMS", "1000", _whole(1, 10**9), "queues, and URL groups, "
+                         "that writes may make in an account (then 412)"),
+    "max_endpoints": Setting("--max-endpoints", "QSTASH_LISTS_MAX_ENDPOINTS", "1000", _whole(1, 10**9),
+                             "endpoints that writes may give a URL group (then 412)"),
+    "max_name": Setting("--max-name", "QSTASH_LISTS_MAX_NAME", "200", _whole(1, 1000), "the longest name a write may "
+                        "give (then 400)"),
+    "allowed_hosts": Setting("--allowed-hosts", "QSTASH_LISTS_ALLOWED_HOSTS", None, _hosts, "names, besides IP "
+                             "addresses and localhost, by which the dev token may reach it (comma-separated)"),
     "host": Setting("--host", None, "127.0.0.1", str, "address to listen on"),
     "port": Setting("--port", None, "8080", _whole(0, 65535), "port; 0 picks a free one"),
     "threads": Setting("--threads", None, "8", _whole(1, MAX_THREADS), "waitress worker threads"),
@@ -801,8 +797,7 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[A
                       "(--port 0 picks a free one)" % (host, port, exc)])
     listening = getattr(server, "effective_listen", None) or [(server.effective_host, server.effective_port)]
     urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in listening]  # "localhost": 2
-    loaded = data.current()
-    assert loaded is not None  # open_data raised otherwise
+    loaded = typing.cast(store.Store, data.current())  # open_data raised otherwise
     print("\n".join(_banner(settings, loaded, urls, listening[0][1], data.writable)), flush=True)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

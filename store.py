@@ -906,21 +906,18 @@ class DataFile:
             with _locked(self.path, deadline) as (target, old):
                 for _ in range(WRITE_ATTEMPTS):
                     signature, store = self._latest()
-                    account = store.by_digest.get(digest)
-                    if account is None:
-                        raise LookupError("no such account")
+                    account = store.by_digest[digest]  # KeyError, a LookupError: no such account (any more)
                     item = account.item(kind, name)
                     new, did = change(item, int(time.time() * 1000), *args)
                     if new is item:
                         return did
                     fresh = self._changed(store, account, kind, name, item, new)
                     raw = _sized(self.path, fresh.lines(), self.max_size)
-                    with _written(target, raw, old, self.path) as rename:
-                        with self._lock:  # a read here waits for the rename, then has this version
-                            if _stat(self.path) == signature:  # else saved by hand meanwhile: the change again on it
-                                self._put(rename(), fresh, raw)
-                                self._learn([new])
-                                return did
+                    with _written(target, raw, old, self.path) as rename, self._lock:  # a read waits for the rename
+                        if _stat(self.path) == signature:  # else saved by hand meanwhile: the change again on it
+                            self._put(rename(), fresh, raw)
+                            self._learn([new])
+                            return did
                 raise Conflict(["%s: saved by another hand %d times while a write was made; nothing was written"
                                 % (self.path, WRITE_ATTEMPTS)])
         finally:
