@@ -575,7 +575,18 @@ def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> tuple[bytes, Signature]
     for _ in range(READ_ATTEMPTS):
         fd = _open(path)
         try:
-            raw, judged = _read_open(fd, path, max_size)
+            before = os.fstat(fd)
+            judged, limit = _signature(before), "the limit of %s" % megabytes(max_size)
+            if not stat.S_ISREG(before.st_mode):
+                kind = _KINDS.get(stat.S_IFMT(before.st_mode), "not a plain file")
+                raise DataError(["%s: cannot read: not a regular file but %s" % (path, kind)], judged)
+            if before.st_size > max_size:
+                raise DataError(["%s: cannot read: %s, over %s (--max-size, QSTASH_LISTS_MAX_SIZE)"
+                                 % (path, megabytes(before.st_size), limit)], judged)
+            raw = read_at_most(lambda n: os.read(fd, n), max_size)
+            if raw is None:
+                raise DataError(["%s: cannot read: grew past %s while being read (--max-size, QSTASH_LISTS_MAX_SIZE)"
+                                 % (path, limit)], judged)
             after = os.fstat(fd)
         except OSError as exc:
             raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
@@ -598,23 +609,6 @@ def _open(path: str) -> int:
             kind = None
         reason = "not a regular file but %s" % kind if kind else exc.strerror or str(exc)
         raise DataError(["%s: cannot read: %s" % (path, reason)]) from None
-
-
-def _read_open(fd: int, path: str, max_size: int) -> tuple[bytes, Signature]:
-    """Read the open file ``fd`` whole, if it is a regular file of at most ``max_size`` bytes."""
-    before = os.fstat(fd)
-    judged = _signature(before)
-    if not stat.S_ISREG(before.st_mode):
-        kind = _KINDS.get(stat.S_IFMT(before.st_mode), "not a plain file")
-        raise DataError(["%s: cannot read: not a regular file but %s" % (path, kind)], judged)
-    if before.st_size > max_size:
-        raise DataError(["%s: cannot read: %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE)"
-                         % (path, megabytes(before.st_size), megabytes(max_size))], judged)
-    raw = read_at_most(lambda n: os.read(fd, n), max_size)
-    if raw is None:
-        raise DataError(["%s: cannot read: grew past the limit of %s while being read "
-                         "(--max-size, QSTASH_LISTS_MAX_SIZE)" % (path, megabytes(max_size))], judged)
-    return raw, judged
 
 
 def read_at_most(read: Callable[[int], bytes], limit: int) -> Optional[bytes]:
