@@ -208,8 +208,8 @@ class Body:
 
 
 def body(account: store.Account, path: str, name: Optional[str]) -> Optional[Body]:
-    """Return the body of the collection at ``path`` or its item ``name`` (None: no signing keys), or NotFound; each
-    encoded when first asked for and kept while the account is unchanged (a write makes a new one)."""
+    """The body of the collection ``path`` or its item ``name`` (None: no signing keys; else NotFound), made when
+    first asked for and kept in the account (a write makes a new one)."""
     key, (field, noun) = (path, name), FIELDS[path]
     if key in account.cache:
         return typing.cast(Optional[Body], account.cache[key])
@@ -387,12 +387,10 @@ def respond(environ: WSGIEnvironment, source: store.DataFile, allowed_hosts: Ite
     if found is None:
         raise NotFound("not found: the data file gives this account no signing keys (its signingKeys)",
                        why="no signing keys")
-    accept_encoding = environ.get("HTTP_ACCEPT_ENCODING")
-    if found.compressible and accept_encoding and _accepts_gzip(accept_encoding):
+    if found.compressible and (accepted := environ.get("HTTP_ACCEPT_ENCODING")) and _accepts_gzip(accepted):
         found = found.gzipped()
     # Fresh lists each time: some servers (wsgiref) add their own headers to ours.
-    if_none_match = environ.get("HTTP_IF_NONE_MATCH")
-    if if_none_match and _matches(if_none_match, found.etag):
+    if (if_none_match := environ.get("HTTP_IF_NONE_MATCH")) and _matches(if_none_match, found.etag):
         return "304 Not Modified", list(found.not_modified), b"", None
     return "200 OK", list(found.headers), found.data, None
 
@@ -441,9 +439,8 @@ def write(environ: WSGIEnvironment, source: store.DataFile, account: store.Accou
         kind, status, message, why = next(refusal for refusal in _REFUSED if isinstance(exc, refusal[0]))
         if message is not None:  # the fault names the file: for the log
             logger.error("%s; nothing was written", exc.faults[0] if exc.faults else exc)
-        headers = [("Retry-After", "1")] * (status == HTTPStatus.SERVICE_UNAVAILABLE)
-        raise HTTPError(message or "precondition failed: %s; nothing was written" % exc, headers, why,
-                        status) from None
+        retry = [("Retry-After", "1")] * (status == HTTPStatus.SERVICE_UNAVAILABLE)
+        raise HTTPError(message or "precondition failed: %s; nothing was written" % exc, retry, why, status) from None
     if did == "no such " + noun:
         raise _no_such(noun, name or "")
     fresh = typing.cast(store.Store, source.current()).by_digest.get(account.token_sha256)  # this write's, or later
@@ -451,8 +448,8 @@ def write(environ: WSGIEnvironment, source: store.DataFile, account: store.Accou
 
 
 def health(status: store.Status) -> Answer:
-    """Answer the health check: 200 while a good version of the data file is served, else 503; which (its SHA-256,
-    the same on every replica), since when, and whether the file on disk differs (``stale``), since when."""
+    """Answer the health check: 200 while a good version is served, else 503; its SHA-256, since when, and since when
+    the file on disk differs (``stale``)."""
     ready = status.version is not None
     document = {"status": "ok" if ready else "unavailable", "version": status.version,
                 "loadedAt": None if status.loaded_at is None else _utc(status.loaded_at),
@@ -465,8 +462,7 @@ def health(status: store.Status) -> Answer:
 def create_app(source: store.DataFile, access_log: bool | AccessLog = True,
                allowed_hosts: Iterable[str] = ()) -> WSGIApplication:
     """Return the WSGI callable that serves (and, if writable, writes) ``source``.  ``access_log``: True logs each
-    request to the ``qstash_lists.access`` logger at INFO, an AccessLog in batches, False not at all.
-    ``allowed_hosts``: names besides IP addresses and localhost by which the dev token may reach it."""
+    request to the ``qstash_lists.access`` logger, an AccessLog in batches, False not; allowed_hosts: see SETTINGS."""
     allowed_hosts = frozenset(host.lower() for host in allowed_hosts)
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
@@ -504,9 +500,9 @@ def create_app(source: store.DataFile, access_log: bool | AccessLog = True,
 
 # ---- The access log ------------------------------------------------------------------------------
 class AccessLog(logging.Handler):
-    """The command line's log handler: a request or record only notes its line, and a thread writes them to
-    ``stream`` in batches (far cheaper than a logging call a request).  A stream that does not keep up holds
-    back no request, log call or stop: past ACCESS_LOG_BACKLOG, lines are dropped and counted."""
+    """The command line's log handler: a request or record notes its line, and a thread writes them in batches (far
+    cheaper than a logging call a request); a stream that does not keep up holds back nothing: past
+    ACCESS_LOG_BACKLOG, lines are dropped and counted."""
 
     def __init__(self, stream: Any) -> None:
         self._stream, self._dropped, self._stopping = stream, 0, threading.Event()
@@ -675,8 +671,7 @@ class ConfigError(Exception):
 
 
 def read_settings(environ: Mapping[str, str], args: Optional[argparse.Namespace] = None) -> Dict[str, Any]:
-    """Return every setting, parsed (``args``: the command line's), or ConfigError naming the first bad one, never
-    its value (it may be a secret)."""
+    """Return every setting (``args``: the command line's), or ConfigError naming the first bad one, not its value."""
     settings = {}
     for key, setting in SETTINGS.items():
         text, source = getattr(args, key, None), setting.option
@@ -698,9 +693,8 @@ open_data = store.DataFile
 
 
 def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
-    """Build the app from the environment (SETTINGS' variables): the factory for servers.  Never the dev token (it
-    cannot know its address).  A bad setting or a one-account file without QSTASH_TOKEN: one line on stderr and
-    SystemExit(3) (gunicorn: a worker that failed to boot); a bad data file: 503 until it is good."""
+    """The factory for servers: the app from the environment (SETTINGS' variables), never with the dev token.  A bad
+    setting, or a one-account file without QSTASH_TOKEN: a line on stderr and SystemExit(3); a bad data file: 503s."""
     uwsgi = sys.modules.get("uwsgi")
     previous: Any = getattr(uwsgi, "post_fork_hook", None)
     if uwsgi is not None:  # uWSGI forks its workers from C, where no os.register_at_fork hook runs: its own hook
@@ -747,7 +741,10 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         return _fail([str(exc)])
     settings["writable"] = settings["writable"] or args.write
     path = settings["data"]
-    _handle_signals()  # before the first load or a recording: a signal must neither kill half-way nor trace back
+    for signum in (signal.SIGTERM, signal.SIGINT):  # before the first load or a recording: none kills half-way
+        signal.signal(signum, _stop)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, _wake_all)
     if args.record:
         return _record(settings, args.signing_keys)
     # The dev token stands in for QSTASH_TOKEN only where no one else can reach the server.
@@ -844,20 +841,12 @@ def run(server: Any, socket_map: Dict[int, Any], stop_timeout: float, stop: thre
         if not channels:
             break
         for channel in channels:  # between requests: nothing in flight to finish
-            if not (getattr(channel, "request", None) or getattr(channel, "requests", ())
-                    or getattr(channel, "total_outbufs_len", 0)):
+            if not (channel.request or channel.requests or channel.total_outbufs_len):
                 channel.will_close = True
         wasyncore.loop(timeout=0.1, map=socket_map, use_poll=True, count=1)
     server.task_dispatcher.shutdown(timeout=max(0.0, deadline - time.monotonic()))  # the rest are cut short
     for dispatcher in list(socket_map.values()):  # the trigger, and what the deadline cut short
         dispatcher.close()
-
-
-def _handle_signals() -> None:
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, _stop)
-    if hasattr(signal, "SIGHUP"):
-        signal.signal(signal.SIGHUP, _wake_all)
 
 
 def _stop(signum: int, frame: Any) -> None:
@@ -919,8 +908,7 @@ def _fail(lines: Sequence[str]) -> int:
 
 # ---- --record: a copy of a real account ----------------------------------------------------------
 def _record(settings: Mapping[str, Any], signing_keys: bool) -> int:
-    """Write the account of QSTASH_TOKEN at --upstream to the data file, or leave it as it was; fields a data file
-    does not hold are named (not their values); one deadline bounds the fetching; the token is never printed."""
+    """Write the account of QSTASH_TOKEN at --upstream to the data file, or leave it as it was (one deadline)."""
     token, base, path, timeout = settings["token"], settings["upstream"], settings["data"], settings["record_timeout"]
     if token is None:
         return _fail(["QSTASH_TOKEN is not set: --record reads the account whose token it is"])

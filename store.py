@@ -20,7 +20,7 @@ import time
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional, Union, cast
 from urllib.parse import urlsplit
 
@@ -75,8 +75,7 @@ class DataError(Exception):
 
     def __init__(self, faults: list[str], signature: Optional[Signature] = None) -> None:
         super().__init__("\n".join(faults))
-        self.faults = faults
-        self.signature = signature
+        self.faults, self.signature = faults, signature
 
 
 class TokenMissing(DataError):
@@ -291,8 +290,7 @@ class Store:
         return self.by_digest.get(hashlib.sha256(token).digest())
 
     def lines(self) -> list[bytes]:
-        """The data file of this store, in pieces (written as they are, not joined): each account's bytes, encoded
-        once, and what goes between."""
+        """The data file of this store in pieces, written as they are: each account's bytes, and what goes between."""
         if self.single_account:
             return [self.accounts[0].lines, b"\n"]
         parts = [b'{"accounts": [\n']
@@ -309,9 +307,8 @@ class Store:
                  for j, item in enumerate(cast("Mapping[str, Item]", getattr(account, kind)).values())
                  for name, value in (("createdAt", item.created_at), ("updatedAt", item.updated_at))
                  if 0 < value < _YEAR_2001_MS]
-        more = " (and %d more)" % (len(early) - 1) if len(early) > 1 else ""
-        return ["%s: warning: %s%s looks like seconds, not milliseconds (before 2001 as milliseconds)"
-                % (source, early[0], more)] if early else []
+        return ["%s: warning: %s%s looks like seconds, not milliseconds (before 2001 as milliseconds)" % (
+            source, early[0], " (and %d more)" % (len(early) - 1) if len(early) > 1 else "")] if early else []
 
     def summary(self) -> str:
         """Return "N accounts, N URL groups, N queues"."""
@@ -322,8 +319,7 @@ class Store:
 
 
 # ---- Loading: parse and check ---------------------------------------------------------------------
-def load(path: str, token: Optional[str], fallback: Optional[str] = None,
-         max_size: int = DEFAULT_MAX_SIZE) -> Store:
+def load(path: str, token: Optional[str], fallback: Optional[str] = None, max_size: int = DEFAULT_MAX_SIZE) -> Store:
     """Read (see :func:`read`) and validate the data file at ``path`` (see :func:`parse`); raise DataError."""
     return parse(read(path, max_size)[0], path, token, fallback)
 
@@ -392,14 +388,12 @@ def _json(raw: bytes, source: str) -> Any:
 
 
 class _Checker:
-    """Turns the parsed document into dataclasses, judging each value once by its field's rule and noting every
-    fault; a place (``accounts[1].queues[3].lag``) is spelled out only for a fault.  ``known``: the items that
-    stand for the 0s of a document whose lines the DataFile knew (see DataFile._parse), in order."""
+    """Turns the parsed document into dataclasses, judging each value by its field's rule and noting every fault (its
+    place spelled out only then).  ``known``: the items the 0s stand for, in order (see DataFile._parse)."""
 
     def __init__(self, known: Optional[Iterator[Any]] = None, built: Optional[list[Any]] = None) -> None:
         self.faults: list[str] = []
-        self.single_account = False
-        self.known, self.built = known, built  # built: each queue and endpoint made here, if not None
+        self.single_account, self.known, self.built = False, known, built  # built: each queue and endpoint made
 
     def fault(self, array: str, i: Optional[int], key: Optional[str], message: str) -> None:
         """Note a fault at the place of ``key`` in element ``i`` of ``array`` (either may be None)."""
@@ -583,7 +577,7 @@ def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> tuple[bytes, Signature]
             if before.st_size > max_size:
                 raise DataError(["%s: cannot read: %s, over %s (--max-size, QSTASH_LISTS_MAX_SIZE)"
                                  % (path, megabytes(before.st_size), limit)], judged)
-            raw = read_at_most(lambda n: os.read(fd, n), max_size)
+            raw = read_at_most(partial(os.read, fd), max_size)
             if raw is None:
                 raise DataError(["%s: cannot read: grew past %s while being read (--max-size, QSTASH_LISTS_MAX_SIZE)"
                                  % (path, limit)], judged)
@@ -612,8 +606,7 @@ def _open(path: str) -> int:
 
 
 def read_at_most(read: Callable[[int], bytes], limit: int) -> Optional[bytes]:
-    """Read to the end by ``read(n)`` (a file may end past what fstat said), in chunks (the limit may be gigabytes);
-    None if that is more than ``limit`` bytes."""
+    """Read to the end by ``read(n)`` in chunks (a file may end past what fstat said); None past ``limit`` bytes."""
     chunks: list[bytes] = []
     total = 0
     while True:
@@ -640,8 +633,8 @@ def _signature(st: os.stat_result) -> Signature:
 # ---- Writing: the one writer, for writes and --record alike ---------------------------------------
 @contextlib.contextmanager
 def _locked(path: str, deadline: float) -> Iterator[tuple[str, os.stat_result]]:
-    """Hold every writer's lock (an exclusive ``flock`` on the symlink's target, taken again on a version replaced
-    meanwhile) until ``deadline`` at the most, and yield the target and its stat; or a DataError."""
+    """Take every writer's lock (``flock`` on the symlink's target; a version replaced meanwhile: again) until
+    ``deadline`` at the most; yield the target and its stat."""
     import fcntl  # POSIX only: writes need it, reads do not
 
     target, pause = os.path.realpath(path), 0.001
@@ -668,9 +661,8 @@ def _locked(path: str, deadline: float) -> Iterator[tuple[str, os.stat_result]]:
 @contextlib.contextmanager
 def _written(target: str, raw: list[bytes], old: Optional[os.stat_result],
              source: str) -> Iterator[Callable[[], Signature]]:
-    """Write the pieces ``raw`` to a temporary file of its own beside ``target`` (fsync'd, with the old mode and
-    owner) and yield the function that renames it over ``target`` and returns its signature: readers see the old
-    version or the new.  The temporary file goes on every way out unless it was renamed."""
+    """Write ``raw`` to a temporary file of its own beside ``target`` (fsync'd, old mode and owner); yield what renames
+    it over ``target`` (readers see the old version or the new) and returns its signature; it goes on every way out."""
     directory, name = os.path.split(target)
     fd, temporary = -1, ""
     try:
@@ -807,9 +799,6 @@ class Status(NamedTuple):
     failed_at: Optional[float] = None  # since when the file on disk is not what is served (a failed look)
 
 
-Change = Callable[..., tuple[Optional[Item], str]]
-
-
 class DataFile:
     """The last good :class:`Store` of a data file that may change while it is served, and its one writer.
 
@@ -887,11 +876,11 @@ class DataFile:
             self._report(fault)
             return False
 
-    def update(self, digest: bytes, kind: str, name: str, change: Change, *args: Any) -> str:
-        """Make ``change(item, now, *args)`` to the item ``name`` of ``kind`` ("queues" or "url_groups") of the account
-        ``digest`` in the latest version of the file, write it whole and serve it; return what it did.  Raises
-        LookupError (no such account), LimitReached, TooLarge, Conflict (a version on disk that does not load: kept)
-        or DataError (the file locked by another writer for LOCK_TIMEOUT, or not writable)."""
+    def update(self, digest: bytes, kind: str, name: str, change: Callable[..., tuple[Optional[Item], str]],
+               *args: Any) -> str:
+        """Make ``change(item, now, *args)`` to the item ``name`` of ``kind`` ("queues", "url_groups") of the
+        account ``digest`` in the latest version, write the file, serve it and say what it did; or LookupError (no such
+        account), LimitReached, TooLarge, Conflict (a file that does not load: kept), DataError (locked, unwritable)."""
         deadline = time.monotonic() + LOCK_TIMEOUT
         if not self._writing.acquire(timeout=LOCK_TIMEOUT):
             raise DataError(["%s: the writes before this one took over %g s; nothing was written"
@@ -929,8 +918,8 @@ class DataFile:
 
     def _changed(self, store: Store, account: Account, kind: str, name: str, item: Optional[Item],
                  new: Optional[Item]) -> Store:
-        """``store`` with ``new`` in place of ``item``, or LimitReached or TooLarge if that is over the limits: they
-        bound what writes create (an account that holds more may keep it, or shrink)."""
+        """``store`` with ``new`` in place of ``item``; LimitReached or TooLarge past a limit (an account that holds
+        more may keep it, or shrink: the limits are for what writes make)."""
         items, limits = getattr(account, kind), self.limits
         if item is None and len(items) >= limits.items:
             raise LimitReached(["this account has %d %s, the most a write may make (--max-items)"
@@ -949,9 +938,8 @@ class DataFile:
         return dataclasses.replace(store, accounts=store.accounts[:at] + (changed,) + store.accounts[at + 1:])
 
     def _parse(self, raw: bytes) -> Store:
-        """Build the store of ``raw``, reusing each queue and endpoint whose line the data file had as a writer wrote
-        it: a version another process wrote costs a look-up a line and the parsing of what it changed.  Each such
-        line is read as a 0 that stands for its item (see _Checker.item); anything else makes it a whole parse."""
+        """The store of ``raw``, reusing each queue and endpoint whose line it knows (read as a 0 that stands for it;
+        see _Checker.item): another process's write costs a look-up a line and the parsing of what it changed."""
         store = self._state[1]
         if store is not None and self._known is None:
             self._known = {}

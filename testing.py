@@ -1,6 +1,5 @@
-"""qstash-lists in tests: serve() runs a stand-in in a thread on a free port; the pytest fixture ``qstash_server``
-(this module is the pytest plugin the package installs; ``pytest -p no:qstash_lists`` turns it off) gives each test
-one of its own, with QSTASH_URL and QSTASH_TOKEN set for the SDKs.  No signal handler, no exit."""
+"""qstash-lists in tests: serve() runs a stand-in in a thread on a free port, and the fixture ``qstash_server`` (this is
+the pytest plugin the package installs; ``-p no:qstash_lists`` turns it off) gives each test its own."""
 
 import contextlib
 import json
@@ -61,7 +60,6 @@ try:
     import pytest
 except ImportError:  # serve() needs no pytest
     pytest = None  # type: ignore[assignment]
-
 if pytest is not None:
     @pytest.fixture
     def qstash_data() -> Any:
