@@ -1,7 +1,9 @@
 """qstash-lists in the user's own test suite: the qstash_server fixture (with and without pytest-xdist), the
 in-process serve() without the plugin, and the README's recipe for suites in other languages, run as written."""
 
+import http.client
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -9,7 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import TOKEN_A, accounts_document, bearer, readme_section_block, serving, write_json
+from helpers import (
+    TOKEN_A,
+    Server,
+    accounts_document,
+    bearer,
+    free_port,
+    readme_section_block,
+    started,
+    write_json,
+)
 
 import testing
 
@@ -93,19 +104,22 @@ print("ok")
 
 
 def test_the_recipe_for_other_languages_gives_each_test_the_fixture_again(tmp_path: Path) -> None:
-    """One server for a JS or Go suite; before each test, the README's two lines put the fixture back, and the
-    next request is answered from it (a writable server looks at the file before each request)."""
-    recipe = readme_section_block("In your tests", "sh")
-    reset = "\n".join(line for line in recipe.splitlines() if line.startswith("cp "))
-    assert "&& mv " in reset
+    """One server for a JS or Go suite, started as the README's first line says (on a free port here); before each
+    test, its second line puts the fixture back, and the next request is answered from it (a writable server looks
+    at the file before each request)."""
+    start, reset = [line.split("  #")[0].strip() for line in readme_section_block("In your tests", "sh").splitlines()]
+    port = free_port()
+    start = start.replace("8081", str(port)).rstrip("&").strip()
     write_json(tmp_path / "fixture.json", accounts_document())
-    run = write_json(tmp_path / "run.json", accounts_document())
-    with serving(run, "--writable", "--quiet") as server:
+    env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    with started(["bash", "-c", start.replace("&& ", "&& exec ")], env, cwd=str(tmp_path)) as proc:
+        assert proc.stdout is not None and " on http://127.0.0.1:%d" % port in proc.stdout.readline()
+        server = Server(proc, "http://127.0.0.1:%d" % port, [])
         for test in range(3):
             subprocess.run(["bash", "-c", reset], cwd=str(tmp_path), check=True)
             status, _, body = server.get("/v2/queues", bearer(TOKEN_A))
             assert [q["name"] for q in json.loads(body)] == ["emails"], test
-            conn = __import__("http.client").client.HTTPConnection(server.host, server.port, timeout=10)
+            conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
             conn.request("POST", "/v2/queues", json.dumps({"queueName": "t%d" % test}), bearer(TOKEN_A))
             assert conn.getresponse().status == 200
             conn.close()
@@ -114,7 +128,8 @@ def test_the_recipe_for_other_languages_gives_each_test_the_fixture_again(tmp_pa
 def test_serve_is_writable_on_a_free_port_and_stops_while_a_client_is_connected() -> None:
     with testing.serve({"urlGroups": [], "queues": []}) as first, testing.serve(accounts_document()) as second:
         assert first.url != second.url and first.token != second.token
-        conn = __import__("http.client").client.HTTPConnection(*second.url[7:].split(":"), timeout=10)
+        host, port = second.url[7:].split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
         conn.request("GET", "/v2/queues", headers=bearer(TOKEN_A))
         assert conn.getresponse().status == 200  # kept open while the server stops
     assert not [t for t in threading.enumerate() if t.name == "qstash-lists server"]
