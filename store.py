@@ -148,9 +148,9 @@ def megabytes(size: int) -> str:
 
 
 # ---- The items: one schema serves loading, checking, serving, writing and recording ---------------
-# A field is declared once, with its rule (rule=...) or the item kind of its array (kind=...); its JSON key is its
-# name in camelCase; a field with a default is optional, and left out of the JSON while it is None.  Items are not
-# frozen (a frozen dataclass's object.__setattr__ costs about as much as parsing the file), but nothing changes one.
+# A field is declared once, as _rule(its rule, or the item kind of its array[, its default if optional]); its JSON
+# key is its name in camelCase, and it is left out of the JSON while it is None.  Items are not frozen (a frozen
+# dataclass's object.__setattr__ costs about as much as parsing the file), but nothing changes one.
 def _rule(check: Any, default: Any = dataclasses.MISSING, required: bool = False) -> Any:
     return field(default=default, metadata={"rule": check, "required": required or default is dataclasses.MISSING})
 
@@ -223,9 +223,8 @@ ARRAYS = (("urlGroups", "url_groups", UrlGroup), ("queues", "queues", Queue))
 KEYS: dict[Any, tuple[tuple[str, ...], tuple[str, ...]]] = {
     **{cls: (tuple(key for _, key, _, required in SCHEMA[cls] if required),
              tuple(key for _, key, _, required in SCHEMA[cls] if not required)) for cls in SCHEMA},
-        "accounts": ((), ("token", "tokenSha256", "urlGroups", "queues", "signingKeys")),
-        "signingKeys": (("current", "next"), ()), "(top level)": ((), ("urlGroups", "queues", "signingKeys",
-                                                                          "accounts"))}
+    "accounts": ((), ("token", "tokenSha256", "urlGroups", "queues", "signingKeys")),
+    "signingKeys": (("current", "next"), ()), "(top level)": ((), ("urlGroups", "queues", "signingKeys", "accounts"))}
 
 
 def encode(document: Any) -> bytes:

@@ -439,3 +439,33 @@ def test_another_process_reads_a_write_parsing_only_the_lines_it_changed(tmp_pat
     assert edited is not None and [a.lines for a in edited.accounts] == [a.lines for a in loaded.accounts]
     writer.close()
     reader.close()
+
+
+def test_an_upsert_without_parallelism_makes_it_1_and_keeps_a_queues_own(writable: Any) -> None:
+    """QStash's document gives parallelism a default of 1: a new queue gets it, one that is there keeps its own."""
+    assert send(writable, "POST", "/v2/queues", {"queueName": "fresh"}).json()["parallelism"] == 1
+    assert send(writable, "POST", "/v2/queues", {"queueName": "emails", "paused": True}).json()["parallelism"] == 2
+    assert send(writable, "POST", "/v2/queues", {"queueName": "emails", "parallelism": None}).json()["parallelism"] == 2
+
+
+def test_a_hand_edit_that_repeats_a_known_line_is_refused_by_the_process_that_knew_it(tmp_path: Path) -> None:
+    """The lines another process knows stand for items without being read again, but a name given twice is still a
+    fault: the file is refused whole and the last good version stays."""
+    document = accounts_document()
+    document["accounts"][1]["queues"] = [dict(ALPHA_QUEUE, name="q%02d" % i) for i in range(5)]
+    path = write_json(tmp_path / "data.json", document)
+    writer = service.open_data(str(path), None, interval=3600, writable=True)
+    reader = service.open_data(str(path), None, interval=3600, writable=True)
+    digest = hashlib.sha256(TOKEN_B.encode()).digest()
+    writer.update(digest, "queues", "q01", store.upsert_queue, "q01", 5, None)
+    before = reader.current()  # it knows every line now
+    assert before is not None and before.accounts[1].queues["q01"].parallelism == 5
+    lines = path.read_text().splitlines(keepends=True)
+    twice = next(i for i, line in enumerate(lines) if '"name":"q02"' in line)
+    path.write_text("".join(lines[:twice + 1] + [lines[twice]] + lines[twice + 1:]))  # q02 twice, each line known
+    assert reader.current() is before and reader.status().failed_at is not None
+    with pytest.raises(store.DataError) as info:
+        store.load(str(path), None)
+    assert "duplicate name" in info.value.faults[0]
+    writer.close()
+    reader.close()
