@@ -329,8 +329,6 @@ def parse(raw: bytes, source: str, token: Optional[str], fallback: Optional[str]
     ``fallback`` (then ``fallback_used``), else TokenMissing.  ``known`` and ``built``: see DataFile._parse."""
     checker = _Checker(known, built)
     accounts = checker.document(_json(raw, source), fallback if token is None else token)
-    if known is not None and next(known, None) is not None:
-        checker.faults.append("(known items left over)")
     if checker.faults:
         lines = ["%s: %s" % (source, fault) for fault in checker.faults[:MAX_FAULTS]]
         if len(checker.faults) > MAX_FAULTS:

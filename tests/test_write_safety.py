@@ -119,6 +119,16 @@ def test_endpoints_are_matched_through_an_index_not_request_times_group() -> Non
     assert Counted.compared < 20000  # request x group would be 3,000,000 (each a hash look-up here)
 
 
+def test_removing_matches_every_field_given_and_nothing_else() -> None:
+    group = store.UrlGroup(1, 2, "g", (store.Endpoint(None, "https://a/1"), store.Endpoint(None, "https://a/2"),
+                                       store.Endpoint("named", "https://a/3")))
+    kept, _ = store.remove_endpoints(group, 3, [{"url": "https://a/1"}])  # the unnamed one at that URL alone
+    assert [e.url for e in kept.endpoints] == ["https://a/2", "https://a/3"]  # type: ignore[union-attr]
+    assert store.remove_endpoints(group, 3, [{"name": "named", "url": "https://a/9"}]) == (group, "no endpoint matched")
+    kept, _ = store.remove_endpoints(group, 3, [{"name": "named", "url": "https://a/3"}])
+    assert [e.name for e in kept.endpoints] == [None, None]  # type: ignore[union-attr]
+
+
 # ---- 3. A held lock holds no worker for long ------------------------------------------------------
 def test_while_another_process_holds_the_lock_writes_get_503_and_reads_are_answered(tmp_path: Path) -> None:
     """Eight writes at once against two threads: each gives up within LOCK_TIMEOUT with a 503 and Retry-After
