@@ -668,9 +668,11 @@ def _written(target: str, raw: list[bytes], old: Optional[os.stat_result],
             os.fchmod(fd, stat.S_IMODE(old.st_mode))
             with contextlib.suppress(PermissionError):  # only root can give a file away
                 os.fchown(fd, old.st_uid, old.st_gid)
-        for piece in raw:  # as they are: no joined copy of the file
-            view = memoryview(piece)
-            while view:
+        for start in range(0, len(raw), 1000):  # as they are (no joined copy), IOV_MAX (1024) pieces a call
+            pieces = raw[start:start + 1000]
+            written = os.writev(fd, pieces)
+            view = memoryview(b"".join(pieces))[written:] if written < sum(map(len, pieces)) else b""
+            while view:  # a short write (a signal, a full disk): the rest, or its error
                 view = view[os.write(fd, view):]
         os.fsync(fd)
 
