@@ -1142,7 +1142,7 @@ def load_rows(big: Path, rounds: int, rows: List[str], summary: List[str]) -> No
     rows.append("|---|---|---|---|")
     rows.append("| json.load | %.0f | 1.00 | %.0f |" % (statistics.median(t[0] for t in times) * 1000, bare_mb))
     for label, i, mb in (("store.load (parse, validate, dataclasses)", 1, ""),
-                         ("app.open_data: ready to serve (+ the file's SHA-256)", 2, "%.0f" % ready_mb),
+                         ("app.open_data: ready to serve", 2, "%.0f" % ready_mb),
                          ("... and its first answer of the list (encoded on demand)", 3, "")):
         rows.append("| %s | %.0f | %.2f | %s |" % (label, statistics.median(t[i] for t in times) * 1000,
                                                    statistics.median(t[i] / t[0] for t in times), mb))
