@@ -21,6 +21,7 @@ import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property, partial
+from operator import attrgetter
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional, Union, cast
 from urllib.parse import urlsplit
 
@@ -165,13 +166,9 @@ class _Item:
 
     @cached_property
     def raw(self) -> bytes:
-        """The API's compact JSON of this item: its list entry, its answer and its line in the data file."""
+        """The API's compact JSON of this item: its list entry, its answer and its line in the data file (but a URL
+        group's endpoints are one a line there: its ``lines``)."""
         return encode(self)
-
-    @property
-    def lines(self) -> bytes:
-        """This item as the data file holds it: one line (but a URL group's endpoints are one a line)."""
-        return self.raw
 
 
 @dataclass
@@ -264,8 +261,8 @@ class Account:
         if self.signing_keys is not None:
             head.append(json.dumps({"signingKeys": dict(zip(("current", "next"), self.signing_keys))})[1:-1])
         parts = [b"{", ",\n ".join(head + [""]).encode()]
-        for key, items in (("urlGroups", self.url_groups), ("queues", self.queues)):
-            lines = [item.lines for item in items.values()]
+        for key, items, attr in (("urlGroups", self.url_groups, "lines"), ("queues", self.queues, "raw")):
+            lines = list(map(attrgetter(attr), items.values()))  # each encoded once, fetched in C
             parts += [b'"%s": [\n  ' % key.encode(), b",\n  ".join(lines), b"\n ],\n "] if lines else [
                 b'"%s": [],\n ' % key.encode()]
         parts[-1] = parts[-1][:-3] + b"}"  # no comma after the last array
