@@ -371,10 +371,11 @@ def respond(environ: WSGIEnvironment, source: store.DataFile, allowed_hosts: Ite
     # A queue's name outside QStash's rule is a 400, as QStash's; a URL group's is one that is not there (a 404).
     if name is not None and not store.is_name(name) and (collection == "/v2/queues" or method == "POST"):
         raise BadRequest("bad request: a %s's name has %s" % (FIELDS[collection][1], store.NAME_RULE))
-    loaded = source.current()
+    token = _credential(environ)
+    loaded = source.current(token)
     if loaded is None:
         raise Unavailable(headers=[("Retry-After", "1")], why="no good data file yet")
-    account = loaded.find(_credential(environ))
+    account = loaded.find(token)
     if account is None:
         raise Unauthorized("unknown token")
     if account.token_sha256 == _DEV_DIGEST and not _host_is_local(environ.get("HTTP_HOST"), allowed_hosts):

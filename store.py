@@ -818,8 +818,12 @@ class DataFile:
         #: Each queue's and endpoint's line in the data file, as a writer writes it -> the item (see _parse).
         self._known: Optional[dict[bytes, Any]] = None
         self._fault: Optional[str] = None  # the first line of the fault last logged, until it ends
+        #: A version on disk not yet loaded: its signature, the store it was compared with, its bytes, and which
+        #: accounts of that store it holds unchanged (see _unchanged).
+        self._seen: tuple[Optional[Signature], Optional[Store], bytes, dict[bytes, bool]] = (None, None, b"", {})
         self._closed = self._forked = False
         self._lock, self._writing = threading.Lock(), threading.Lock()  # writing: one write at a time here
+        self._queued: list[list[Any]] = []  # the writes waiting for it (see update)
         fault = self._load()
         if fault is not None:
             if required:
@@ -828,13 +832,32 @@ class DataFile:
         self._start()
         _open_files.add(self)
 
-    def current(self) -> Optional[Store]:
-        """Return the newest good store (None only if there has never been one)."""
+    def current(self, token: Optional[bytes] = None) -> Optional[Store]:
+        """Return the newest good store (None only if there has never been one); with ``token``, one whose account
+        of that token is the newest (another process's write to other accounts is loaded at the next look)."""
         if self._forked:
             self._adopt()
-        if self.writable and _stat(self.path) != self._state[0]:
+        if self.writable and (on_disk := _stat(self.path)) != self._state[0] and not self._unchanged(token, on_disk):
             self.refresh()  # a write from another process: the next read sees it
         return self._state[1]
+
+    def _unchanged(self, token: Optional[bytes], on_disk: Optional[Signature]) -> bool:
+        """Whether the account of ``token`` is in the file on disk byte for byte as in service (in a valid file it can
+        be nothing else; in a bad one the last good version serves it): a read and a search each version, no parse."""
+        store = self._state[1]
+        account = None if store is None or token is None or store.single_account else store.find(token)
+        if account is None:
+            return False
+        seen = self._seen
+        if seen[0] != on_disk or seen[1] is not store:
+            try:
+                raw, signature = read(self.path, self.max_size)
+            except DataError:
+                return False
+            seen = self._seen = (signature, store, raw, {})
+        if account.token_sha256 not in seen[3]:  # each version, one search an account
+            seen[3][account.token_sha256] = account.lines in seen[2]
+        return seen[3][account.token_sha256]
 
     def status(self) -> Status:
         """Return which version is in service, since when, and when the file on disk stopped being it."""
@@ -876,31 +899,62 @@ class DataFile:
                *args: Any) -> str:
         """Make ``change(item, now, *args)`` to the item ``name`` of ``kind`` ("queues", "url_groups") of the
         account ``digest`` in the latest version, write the file, serve it and say what it did; or LookupError (no such
-        account), LimitReached, TooLarge, Conflict (a file that does not load: kept), DataError (locked, unwritable)."""
-        deadline = time.monotonic() + LOCK_TIMEOUT
+        account), LimitReached, TooLarge, Conflict (a file that does not load: kept), DataError (locked, unwritable).
+        The writes that come while one is written wait for it, then go in one version: one fsync for a burst."""
+        deadline, mine = time.monotonic() + LOCK_TIMEOUT, [(digest, kind, name, change, args)]  # then its answer
+        with self._lock:
+            self._queued.append(mine)
         if not self._writing.acquire(timeout=LOCK_TIMEOUT):
-            raise DataError(["%s: the writes before this one took over %g s; nothing was written"
-                             % (self.path, LOCK_TIMEOUT)])
+            with self._lock:
+                waiting = [queued for queued in self._queued if queued is not mine]
+                if len(waiting) < len(self._queued):  # not taken by a write at work: withdrawn
+                    self._queued = waiting
+                    raise DataError(["%s: the writes before this one took over %g s; nothing was written"
+                                     % (self.path, LOCK_TIMEOUT)])
+            self._writing.acquire()  # taken: its answer comes with that write's
         try:
-            with _locked(self.path, deadline) as (target, old):
-                for _ in range(WRITE_ATTEMPTS):
-                    signature, store = self._latest()
-                    account = store.by_digest[digest]  # KeyError, a LookupError: no such account (any more)
-                    item = account.item(kind, name)
-                    new, did = change(item, int(time.time() * 1000), *args)
-                    if new is item:
-                        return did
-                    fresh = self._changed(store, account, kind, name, item, new)
-                    raw = _sized(self.path, fresh.lines(), self.max_size)
-                    with _written(target, raw, old, self.path) as rename, self._lock:  # a read waits for the rename
-                        if _stat(self.path) == signature:  # else saved by hand meanwhile: the change again on it
-                            self._put(rename(), fresh, raw)
-                            self._learn([new])
-                            return did
-                raise Conflict(["%s: saved by another hand %d times while a write was made; nothing was written"
-                                % (self.path, WRITE_ATTEMPTS)])
+            if len(mine) == 1:  # not made with the writes before: make it, with those waiting
+                with self._lock:
+                    batch, self._queued = self._queued, []
+                try:
+                    self._write(batch, deadline)
+                except Exception as exc:
+                    for each in batch:
+                        each[1:] = [exc]
         finally:
             self._writing.release()
+        if isinstance(mine[1], Exception):
+            raise mine[1]
+        return cast(str, mine[1])
+
+    def _write(self, batch: list[list[Any]], deadline: float) -> None:
+        """Make each change of ``batch`` (its answer appended to it) in one version of the file, written once."""
+        with _locked(self.path, deadline) as (target, old):
+            for _ in range(WRITE_ATTEMPTS):
+                signature, store = self._latest()
+                fresh, made, now = store, [], int(time.time() * 1000)
+                for each in batch:
+                    digest, kind, name, change, args = each[0]
+                    try:
+                        account = fresh.by_digest[digest]  # KeyError, a LookupError: no such account (any more)
+                        item = account.item(kind, name)
+                        new, did = change(item, now, *args)
+                        if new is not item:
+                            fresh = self._changed(fresh, account, kind, name, item, new)
+                            made.append(new)
+                        each[1:] = [did]
+                    except (LookupError, LimitReached, TooLarge) as exc:  # this change's own
+                        each[1:] = [exc]
+                if fresh is store:
+                    return
+                raw = _sized(self.path, fresh.lines(), self.max_size)
+                with _written(target, raw, old, self.path) as rename, self._lock:  # a read waits for the rename
+                    if _stat(self.path) == signature:  # else saved by hand meanwhile: the changes again on it
+                        self._put(rename(), fresh, raw)
+                        self._learn(made)
+                        return
+            raise Conflict(["%s: saved by another hand %d times while a write was made; nothing was written"
+                            % (self.path, WRITE_ATTEMPTS)])
 
     def _latest(self) -> tuple[Optional[Signature], Store]:
         """The version on disk and its store (a writer's lock held): the one in service, or the file read again."""
@@ -927,6 +981,11 @@ class DataFile:
         if new is None:
             del items[name]
         changed = dataclasses.replace(account, **{kind: items})  # type: ignore[arg-type]
+        if item is not None and new is not None:  # its bytes: the account's with the item's line swapped, not joined
+            old, line = map(attrgetter("lines" if kind == "url_groups" else "raw"), (item, new))
+            at = account.lines.find(b"\n  " + old) + 3  # a line is unique: the name is in it
+            if at > 2 and account.lines[at + len(old):at + len(old) + 1] in (b",", b"\n"):
+                changed.__dict__["lines"] = b"".join((account.lines[:at], line, account.lines[at + len(old):]))
         share, at = self.max_size // len(store.accounts), store.accounts.index(account)
         if len(changed.lines) > max(share, len(account.lines)):  # no account takes the room of the others
             raise TooLarge(["%s: this account would be %s, over its share of --max-size (%s: %d accounts)"
@@ -982,7 +1041,7 @@ class DataFile:
 
     def _put(self, signature: Optional[Signature], store: Store, raw: list[bytes]) -> None:
         """Put ``store`` in service, with the signature and the bytes it was built from: the one place."""
-        self._state, self._raw = (signature, store, Status(None, time.time())), raw
+        self._state, self._raw, self._seen = (signature, store, Status(None, time.time())), raw, (None, None, b"", {})
         if self._fault is not None:
             logger.info("%s: good again", self.path)
             self._fault = None
@@ -1038,7 +1097,7 @@ def after_fork() -> None:
     and mark it: its first call starts its reloader and looks (no thread starts inside a fork hook)."""
     for data in list(_open_files):
         if not data._closed:
-            data._lock, data._writing, data._forked = threading.Lock(), threading.Lock(), True
+            data._lock, data._writing, data._queued, data._forked = threading.Lock(), threading.Lock(), [], True
 
 
 if hasattr(os, "register_at_fork"):

@@ -238,7 +238,7 @@ def test_mounted_under_a_prefix(app: Any) -> None:
 class Broken:
     writable = False
 
-    def current(self) -> Any:
+    def current(self, token: Any = None) -> Any:
         raise RuntimeError("secret detail")
 
 
