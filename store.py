@@ -321,10 +321,10 @@ def load(path: str, token: Optional[str], fallback: Optional[str] = None, max_si
 
 
 def parse(raw: bytes, source: str, token: Optional[str], fallback: Optional[str] = None,
-          known: Optional[Iterator[Any]] = None, built: Optional[list[Any]] = None) -> Store:
+          known: Optional[Iterator[Account]] = None) -> Store:
     """Validate the JSON document ``raw`` (``source`` names it).  A one-account file gets ``token``, else
-    ``fallback`` (then ``fallback_used``), else TokenMissing.  ``known`` and ``built``: see DataFile._parse."""
-    checker = _Checker(known, built)
+    ``fallback`` (then ``fallback_used``), else TokenMissing.  ``known``: see DataFile._parse."""
+    checker = _Checker(known)
     accounts = checker.document(_json(raw, source), fallback if token is None else token)
     if checker.faults:
         lines = ["%s: %s" % (source, fault) for fault in checker.faults[:MAX_FAULTS]]
@@ -383,11 +383,11 @@ def _json(raw: bytes, source: str) -> Any:
 
 class _Checker:
     """Turns the parsed document into dataclasses, judging each value by its field's rule and noting every fault (its
-    place spelled out only then).  ``known``: the items the 0s stand for, in order (see DataFile._parse)."""
+    place spelled out only then).  ``known``: the accounts the 0s stand for, in order (see DataFile._parse)."""
 
-    def __init__(self, known: Optional[Iterator[Any]] = None, built: Optional[list[Any]] = None) -> None:
+    def __init__(self, known: Optional[Iterator[Account]] = None) -> None:
         self.faults: list[str] = []
-        self.single_account, self.known, self.built = False, known, built  # built: each queue and endpoint made
+        self.single_account, self.known = False, known
 
     def fault(self, array: str, i: Optional[int], key: Optional[str], message: str) -> None:
         """Note a fault at the place of ``key`` in element ``i`` of ``array`` (either may be None)."""
@@ -443,12 +443,6 @@ class _Checker:
 
     def item(self, value: Any, array: str, i: int, cls: Any, seen: dict[str, int]) -> Any:
         """Build the item of kind ``cls`` at ``array[i]`` by its schema, or note its faults and return None."""
-        if type(value) is int and self.known is not None:  # a line the DataFile knew: its item, checked already
-            known: Any = next(self.known, None)
-            if type(known) is cls and (known.name is None or seen.setdefault(known.name, i) == i):  # a new name?
-                return known
-            self.fault(array, i, None, "a line out of place, or a name twice")  # the whole parse then says which
-            return None
         item = self.fields(value, array, i, cls)
         if item is None:
             return None
@@ -475,12 +469,7 @@ class _Checker:
             else:
                 self.fault(array, i, key, "expected %s, got %s" % (EXPECTED[rule], _show(found)))
                 good = False
-        if not good:
-            return None
-        made = cls(**values)
-        if self.built is not None and cls is not UrlGroup:
-            self.built.append(made)
-        return made
+        return cls(**values) if good else None
 
     def name(self, value: Any, array: str, i: int, seen: dict[str, int], rule: Callable[[Any], bool]) -> bool:
         """Tell whether an item's name keeps its rule and is new in its array (noting it), else say why not."""
@@ -494,6 +483,11 @@ class _Checker:
         return False
 
     def account(self, value: Any, array: str, i: int, digests: dict[bytes, int]) -> Optional[Account]:
+        if type(value) is int and self.known is not None:  # an account the DataFile knew: itself, checked already
+            known = next(self.known, None)
+            if known is None or digests.setdefault(known.token_sha256, i) != i:
+                self.fault(array, i, None, "an account out of place, or a token twice")  # the whole parse says which
+            return known
         item = self.fields(value, array, i, "accounts")
         if item is None:
             return None
@@ -815,12 +809,10 @@ class DataFile:
         #: The signature of the version last judged, the store in service and its Status: one owner, _put.
         self._state: tuple[Optional[Signature], Optional[Store], Status] = (None, None, Status())
         self._raw: list[bytes] = []  # the bytes of the version in service, whose digest its Status gets when asked
-        #: Each queue's and endpoint's line in the data file, as a writer writes it -> the item (see _parse).
-        self._known: Optional[dict[bytes, Any]] = None
         self._fault: Optional[str] = None  # the first line of the fault last logged, until it ends
-        #: A version on disk not yet loaded: its signature, the store it was compared with, its bytes, and which
-        #: accounts of that store it holds unchanged (see _unchanged).
-        self._seen: tuple[Optional[Signature], Optional[Store], bytes, dict[bytes, bool]] = (None, None, b"", {})
+        #: A version on disk not yet loaded: its signature, the store it was compared with, and the digests of the
+        #: accounts of that store it keeps (see _unchanged).
+        self._seen: tuple[Optional[Signature], Optional[Store], set[bytes]] = (None, None, set())
         self._closed = self._forked = False
         self._lock, self._writing = threading.Lock(), threading.Lock()  # writing: one write at a time here
         self._queued: list[list[Any]] = []  # the writes waiting for it (see update)
@@ -842,10 +834,10 @@ class DataFile:
         return self._state[1]
 
     def _unchanged(self, token: Optional[bytes], on_disk: Optional[Signature]) -> bool:
-        """Whether the account of ``token`` is in the file on disk byte for byte as in service (in a valid file it can
-        be nothing else; in a bad one the last good version serves it): a read and a search each version, no parse."""
+        """Whether the file on disk keeps the account of ``token`` as in service (see _kept; in a valid file it is then
+        that account, and a bad one keeps the version in service): a read and a compare a version, no parse."""
         store = self._state[1]
-        account = None if store is None or token is None or store.single_account else store.find(token)
+        account = None if store is None or token is None else store.find(token)
         if account is None:
             return False
         seen = self._seen
@@ -854,10 +846,8 @@ class DataFile:
                 raw, signature = read(self.path, self.max_size)
             except DataError:
                 return False
-            seen = self._seen = (signature, store, raw, {})
-        if account.token_sha256 not in seen[3]:  # each version, one search an account
-            seen[3][account.token_sha256] = account.lines in seen[2]
-        return seen[3][account.token_sha256]
+            seen = self._seen = (signature, store, {same.token_sha256 for _, same in _kept(store, raw)})
+        return account.token_sha256 in seen[2]
 
     def status(self) -> Status:
         """Return which version is in service, since when, and when the file on disk stopped being it."""
@@ -932,7 +922,7 @@ class DataFile:
         with _locked(self.path, deadline) as (target, old):
             for _ in range(WRITE_ATTEMPTS):
                 signature, store = self._latest()
-                fresh, made, now = store, [], int(time.time() * 1000)
+                fresh, now = store, int(time.time() * 1000)
                 for each in batch:
                     digest, kind, name, change, args = each[0]
                     try:
@@ -941,7 +931,6 @@ class DataFile:
                         new, did = change(item, now, *args)
                         if new is not item:
                             fresh = self._changed(fresh, account, kind, name, item, new)
-                            made.append(new)
                         each[1:] = [did]
                     except (LookupError, LimitReached, TooLarge) as exc:  # this change's own
                         each[1:] = [exc]
@@ -951,7 +940,6 @@ class DataFile:
                 with _written(target, raw, old, self.path) as rename, self._lock:  # a read waits for the rename
                     if _stat(self.path) == signature:  # else saved by hand meanwhile: the changes again on it
                         self._put(rename(), fresh, raw)
-                        self._learn(made)
                         return
             raise Conflict(["%s: saved by another hand %d times while a write was made; nothing was written"
                             % (self.path, WRITE_ATTEMPTS)])
@@ -993,35 +981,18 @@ class DataFile:
         return dataclasses.replace(store, accounts=store.accounts[:at] + (changed,) + store.accounts[at + 1:])
 
     def _parse(self, raw: bytes) -> Store:
-        """The store of ``raw``, reusing each queue and endpoint whose line it knows (read as a 0 that stands for it;
-        see _Checker.item): another process's write costs a look-up a line and the parsing of what it changed."""
-        store = self._state[1]
-        if store is not None and self._known is None:
-            self._known = {}
-            self._learn([item for account in store.accounts for kind in (account.queues, account.url_groups)
-                         for item in kind.values()])
-        known = self._known or {}
-        built: list[Any] = []
-        lines = raw.split(b"\n")
-        items = [known.get(line) for line in lines]
-        found = [item for item in items if item is not None]
-        if found:
-            skeleton = b"\n".join([line if item is None else b"0," for line, item in zip(lines, items)])
-            with contextlib.suppress(DataError):
-                store = parse(skeleton, self.path, self._token, self._fallback, iter(found), built)
-                if len(known) > 2 * len(lines):  # mostly lines of versions gone: built anew at the next look
-                    self._known = None
-                self._learn(built)
-                return store
-        self._known = None
+        """The store of ``raw``, reusing what it keeps of the one in service (see _kept; each account read as a 0 that
+        stands for it, see _Checker.account): another process's write costs a compare and the parsing of what it
+        changed.  A file edited by hand may be parsed whole."""
+        kept, parts, at = _kept(self._state[1], raw), [], 0
+        for found, account in kept:
+            parts += [raw[at:found], b"0"]
+            at = found + len(account.lines)
+        if kept:
+            with contextlib.suppress(DataError):  # a fault: the whole parse says where
+                return parse(b"".join(parts + [raw[at:]]), self.path, self._token, self._fallback,
+                             iter(account for _, account in kept))
         return parse(raw, self.path, self._token, self._fallback)
-
-    def _learn(self, items: list[Any]) -> None:
-        """Note the line of each queue and endpoint in ``items``, and of each endpoint of a URL group (see _parse)."""
-        known = self._known if self._known is not None else {}
-        for item in filter(None, items):  # None: one removed
-            for one in item.endpoints if isinstance(item, UrlGroup) else (item,):
-                known[(b"    %s," if isinstance(one, Endpoint) else b"  %s,") % one.raw] = one
 
     def _load(self) -> Optional[DataError]:
         """Read and build the file; return its fault, if any (callers hold the lock, or are the constructor)."""
@@ -1041,7 +1012,7 @@ class DataFile:
 
     def _put(self, signature: Optional[Signature], store: Store, raw: list[bytes]) -> None:
         """Put ``store`` in service, with the signature and the bytes it was built from: the one place."""
-        self._state, self._raw, self._seen = (signature, store, Status(None, time.time())), raw, (None, None, b"", {})
+        self._state, self._raw, self._seen = (signature, store, Status(None, time.time())), raw, (None, None, set())
         if self._fault is not None:
             logger.info("%s: good again", self.path)
             self._fault = None
@@ -1072,6 +1043,23 @@ class DataFile:
                 self._start()
         if started:
             self.refresh()
+
+
+def _kept(store: Optional[Store], raw: bytes) -> list[tuple[int, Account]]:
+    """The accounts of ``store`` (of several) that ``raw`` begins and ends with, byte for byte and where the writer puts
+    them (what is between is what changed), each with its offset, in order."""
+    accounts = store.accounts if store is not None and len(store.accounts) > 1 and raw.startswith(
+        b'{"accounts": [\n{') else ()
+    head, tail = [], []
+    i, j, at, end = 0, len(accounts), 15, len(raw) - 4  # after '{"accounts": [\n', before '\n]}\n'
+    while i < j and raw.startswith(accounts[i].lines, at):
+        head.append((at, accounts[i]))
+        i, at = i + 1, at + len(accounts[i].lines) + 2  # and ',\n'
+    while j > i and raw.endswith(accounts[j - 1].lines, at, end):
+        j, end = j - 1, end - len(accounts[j - 1].lines)
+        tail.append((end, accounts[j]))
+        end -= 2
+    return head + tail[::-1]
 
 
 def _reloader(ref: "weakref.ReferenceType[DataFile]", wake: threading.Event, interval: float) -> None:

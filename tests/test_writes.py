@@ -27,6 +27,7 @@ from helpers import (
     accounts_document,
     bearer,
     call,
+    eventually,
     free_port,
     served,
     serving,
@@ -408,35 +409,32 @@ def test_the_writable_setting(tmp_path: Path, monkeypatch: Any) -> None:
         service.make_app({"QSTASH_LISTS_DATA": str(path), "QSTASH_LISTS_WRITABLE": "maybe"})
 
 
-def test_another_process_reads_a_write_parsing_only_the_lines_it_changed(tmp_path: Path) -> None:
-    """Two DataFiles on one file, as two processes: the second builds the first's version from its own items for
-    every line it knew (the same objects), and parses only what changed (and each array's last line, which has no
-    comma); a version it cannot read that way (a hand edit's layout) is parsed whole, to the same."""
-    document = accounts_document()
-    document["accounts"][1]["queues"] = [dict(ALPHA_QUEUE, name="q%02d" % i) for i in range(50)]
-    path = write_json(tmp_path / "data.json", document)
+def test_another_process_reads_a_write_parsing_only_the_account_it_changed(tmp_path: Path) -> None:
+    """Two DataFiles on one file, as two processes: the second builds the first's version from its own accounts for
+    each one the write did not change (the same objects), and parses only the one it changed; a read of an account
+    that did not change loads nothing; a version in a hand edit's layout is parsed whole, to the same."""
+    path = write_json(tmp_path / "data.json", accounts_document())
     writer = service.open_data(str(path), None, interval=3600, writable=True)
     reader = service.open_data(str(path), None, interval=3600, writable=True)
+    digest = hashlib.sha256(TOKEN_B.encode()).digest()
     for name, parallelism in (("q10", 5), ("new", 1), ("q10", 6)):
         before = reader.current()
-        writer.update(hashlib.sha256(TOKEN_B.encode()).digest(), "queues", name, store.upsert_queue, name,
-                      parallelism, None)
-        after = reader.current()
-        assert before is not None and after is not None
-        assert after.accounts[1].queues[name].parallelism == parallelism
-        reused = [n for n, q in after.accounts[1].queues.items() if before.accounts[1].queues.get(n) is q]
-        assert name not in reused and len(reused) >= 48 - (name == "new")
-    # The reader, which knows the lines now, writes too: a delete and an upsert, seen by the writer.
-    digest = hashlib.sha256(TOKEN_B.encode()).digest()
+        writer.update(digest, "queues", name, store.upsert_queue, name, parallelism, None)
+        assert reader.current(TOKEN_A.encode()) is before  # account A is as it was: nothing loaded for it
+        after = reader.current(TOKEN_B.encode())
+        assert before is not None and after is not None and after.accounts[1].queues[name].parallelism == parallelism
+        assert [a is b for a, b in zip(before.accounts, after.accounts)] == [True, False, True]
+    # The reader writes too: a delete and an upsert, seen by the writer.
     assert reader.update(digest, "queues", "new", store.delete_item) == "deleted"
-    assert reader.update(digest, "queues", "q11", store.upsert_queue, "q11", 9, True) == "queue updated"
+    assert reader.update(digest, "queues", "q10", store.upsert_queue, "q10", 9, True) == "queue updated"
     seen = writer.current()
-    assert seen is not None and "new" not in seen.accounts[1].queues and seen.accounts[1].queues["q11"].paused
+    assert seen is not None and "new" not in seen.accounts[1].queues and seen.accounts[1].queues["q10"].paused
     loaded, last = store.load(str(path), None), reader.current()
     assert last is not None and [a.lines for a in loaded.accounts] == [a.lines for a in last.accounts]
     path.write_text(json.dumps(on_disk(path), indent=4))  # a hand edit, in another layout
-    edited = reader.current()
-    assert edited is not None and [a.lines for a in edited.accounts] == [a.lines for a in loaded.accounts]
+    edited = reader.current(TOKEN_A.encode())
+    assert edited is not None and edited is not last and [a.lines for a in edited.accounts] == [
+        a.lines for a in loaded.accounts]
     writer.close()
     reader.close()
 
@@ -448,24 +446,58 @@ def test_an_upsert_without_parallelism_makes_it_1_and_keeps_a_queues_own(writabl
     assert send(writable, "POST", "/v2/queues", {"queueName": "emails", "parallelism": None}).json()["parallelism"] == 2
 
 
-def test_a_hand_edit_that_repeats_a_known_line_is_refused_by_the_process_that_knew_it(tmp_path: Path) -> None:
-    """The lines another process knows stand for items without being read again, but a name given twice is still a
-    fault: the file is refused whole and the last good version stays."""
-    document = accounts_document()
-    document["accounts"][1]["queues"] = [dict(ALPHA_QUEUE, name="q%02d" % i) for i in range(5)]
-    path = write_json(tmp_path / "data.json", document)
+def test_a_hand_edit_that_repeats_a_known_account_is_refused_by_the_process_that_knew_it(tmp_path: Path) -> None:
+    """The accounts another process knows stand for themselves without being read again, but a token given twice is
+    still a fault: the file is refused whole and the last good version stays."""
+    path = write_json(tmp_path / "data.json", accounts_document())
     writer = service.open_data(str(path), None, interval=3600, writable=True)
     reader = service.open_data(str(path), None, interval=3600, writable=True)
-    digest = hashlib.sha256(TOKEN_B.encode()).digest()
-    writer.update(digest, "queues", "q01", store.upsert_queue, "q01", 5, None)
-    before = reader.current()  # it knows every line now
+    writer.update(hashlib.sha256(TOKEN_B.encode()).digest(), "queues", "q01", store.upsert_queue, "q01", 5, None)
+    before = reader.current()  # the file is in the writer's form now
     assert before is not None and before.accounts[1].queues["q01"].parallelism == 5
-    lines = path.read_text().splitlines(keepends=True)
-    twice = next(i for i, line in enumerate(lines) if '"name":"q02"' in line)
-    path.write_text("".join(lines[:twice + 1] + [lines[twice]] + lines[twice + 1:]))  # q02 twice, each line known
+    first = before.accounts[0].lines + b",\n"
+    path.write_bytes(path.read_bytes().replace(first, first * 2))  # account A twice, each byte for byte as known
     assert reader.current() is before and reader.status().failed_at is not None
     with pytest.raises(store.DataError) as info:
         store.load(str(path), None)
-    assert "duplicate name" in info.value.faults[0]
+    assert "same token as accounts[0]" in info.value.faults[0]
     writer.close()
     reader.close()
+
+
+def test_writes_that_come_while_one_is_written_go_in_one_version_each_with_its_own_answer(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """Group commit: the writes that wait for this process's write at work are then made together, in one version of
+    the file (one rename, one fsync), each answered for itself: one for an account not there is refused alone."""
+    path = write_json(tmp_path / "data.json", accounts_document())
+    data = service.open_data(str(path), None, interval=3600, writable=True)
+    go, latest, rename = threading.Event(), data._latest, os.replace
+    renames: List[Any] = []
+    monkeypatch.setattr(data, "_latest", lambda: go.wait() and latest())  # the first write, held at work
+    monkeypatch.setattr(os, "replace", lambda *names: renames.append(names) or rename(*names))  # type: ignore[func-returns-value]
+    answers: Dict[str, str] = {}
+
+    def upsert(name: str, token: str = TOKEN_B) -> None:
+        try:
+            answers[name] = data.update(hashlib.sha256(token.encode()).digest(), "queues", name, store.upsert_queue,
+                                        name, None, None)
+        except LookupError:
+            answers[name] = "no such account"
+
+    threads = [threading.Thread(target=upsert, args=("first",))]
+    threads[0].start()
+    eventually(lambda: data._writing.locked() and not data._queued)  # the first is at work, and took its own
+    threads += [threading.Thread(target=upsert, args=("q%d" % i,)) for i in range(5)]
+    threads.append(threading.Thread(target=upsert, args=("lost", "not-a-token")))
+    for thread in threads[1:]:
+        thread.start()
+    eventually(lambda: len(data._queued) == 6)
+    go.set()
+    for thread in threads:
+        thread.join()
+    assert answers == dict({name: "queue created" for name in ["first", "q0", "q1", "q2", "q3", "q4"]},
+                           lost="no such account")
+    assert len(renames) == 2  # the first write's version, then one for the five that waited
+    names = [queue["name"] for queue in on_disk(path)["accounts"][1]["queues"]]
+    assert names[1] == "first" and sorted(names[2:]) == ["q0", "q1", "q2", "q3", "q4"]  # in the order they came
+    data.close()
