@@ -990,8 +990,16 @@ class DataFile:
             at = found + len(account.lines)
         if kept:
             with contextlib.suppress(DataError):  # a fault: the whole parse says where
-                return parse(b"".join(parts + [raw[at:]]), self.path, self._token, self._fallback,
-                             iter(account for _, account in kept))
+                fresh = parse(b"".join(parts + [raw[at:]]), self.path, self._token, self._fallback,
+                              iter(account for _, account in kept))
+                if len(fresh.accounts) == len(kept) + 1:  # one changed: its bytes are what is between (not encoded)
+                    i = next(i for i, (_, account) in enumerate(kept + [(0, None)]) if fresh.accounts[i] is not account)
+                    start, end = (kept[i - 1][0] + len(kept[i - 1][1].lines) if i else 15), (
+                        kept[i][0] if i < len(kept) else len(raw) - 4)
+                    region = raw[start:end].strip(b",\n")
+                    if region[:1] == b"{" and region[-1:] == b"}":
+                        fresh.accounts[i].__dict__["lines"] = region
+                return fresh
         return parse(raw, self.path, self._token, self._fallback)
 
     def _load(self) -> Optional[DataError]:
@@ -1063,7 +1071,9 @@ def _kept(store: Optional[Store], raw: bytes) -> list[tuple[int, Account]]:
 
 
 def _reloader(ref: "weakref.ReferenceType[DataFile]", wake: threading.Event, interval: float) -> None:
-    """The loop of a DataFile's reloader thread: look every ``interval`` seconds or when woken, while it is open."""
+    """The loop of a DataFile's reloader thread: look every ``interval`` seconds or when woken, while it is open.  A
+    writable one loads another process's writes when a request needs them (see current), else once they pause."""
+    looked: Optional[Signature] = None
     while True:
         force = wake.wait(interval)
         wake.clear()
@@ -1071,7 +1081,9 @@ def _reloader(ref: "weakref.ReferenceType[DataFile]", wake: threading.Event, int
         if data is None or data._closed:
             return
         try:
-            data.refresh(force)
+            before, looked = looked, _stat(data.path)
+            if force or not data.writable or looked == before:
+                data.refresh(force)
         except Exception:  # never let the reloader die
             logger.exception("%s: reloader error", data.path)
         del data  # wait without holding it

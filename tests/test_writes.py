@@ -424,6 +424,8 @@ def test_another_process_reads_a_write_parsing_only_the_account_it_changed(tmp_p
         after = reader.current(TOKEN_B.encode())
         assert before is not None and after is not None and after.accounts[1].queues[name].parallelism == parallelism
         assert [a is b for a, b in zip(before.accounts, after.accounts)] == [True, False, True]
+        encoded = cast(Any, store.Account.lines).func(after.accounts[1])
+        assert vars(after.accounts[1])["lines"] == encoded  # its bytes taken from the file, not encoded again
     # The reader writes too: a delete and an upsert, seen by the writer.
     assert reader.update(digest, "queues", "new", store.delete_item) == "deleted"
     assert reader.update(digest, "queues", "q10", store.upsert_queue, "q10", 9, True) == "queue updated"
