@@ -815,7 +815,7 @@ class DataFile:
         self._seen: tuple[Optional[Signature], Optional[Store], set[bytes]] = (None, None, set())
         self._closed = self._forked = False
         self._lock, self._writing = threading.Lock(), threading.Lock()  # writing: one write at a time here
-        self._queued: list[list[Any]] = []  # the writes waiting for it (see update)
+        self._queued: dict[int, list[Any]] = {}  # the writes waiting for it, by id (see update)
         fault = self._load()
         if fault is not None:
             if required:
@@ -836,18 +836,12 @@ class DataFile:
     def _unchanged(self, token: Optional[bytes], on_disk: Optional[Signature]) -> bool:
         """Whether the file on disk keeps the account of ``token`` as in service (see _kept; in a valid file it is then
         that account, and a bad one keeps the version in service): a read and a compare a version, no parse."""
-        store = self._state[1]
-        account = None if store is None or token is None else store.find(token)
-        if account is None:
-            return False
-        seen = self._seen
-        if seen[0] != on_disk or seen[1] is not store:
-            try:
+        store, seen = self._state[1], self._seen
+        if token is not None and (seen[0] != on_disk or seen[1] is not store):
+            with contextlib.suppress(DataError):  # unreadable: what a reload would keep serving, and it logs why
                 raw, signature = read(self.path, self.max_size)
-            except DataError:
-                return False
-            seen = self._seen = (signature, store, {same.token_sha256 for _, same in _kept(store, raw)})
-        return account.token_sha256 in seen[2]
+                seen = self._seen = (signature, store, {account.token_sha256 for _, account in _kept(store, raw)})
+        return token is not None and seen[1] is store and hashlib.sha256(token).digest() in seen[2]
 
     def status(self) -> Status:
         """Return which version is in service, since when, and when the file on disk stopped being it."""
@@ -893,19 +887,17 @@ class DataFile:
         The writes that come while one is written wait for it, then go in one version: one fsync for a burst."""
         deadline, mine = time.monotonic() + LOCK_TIMEOUT, [(digest, kind, name, change, args)]  # then its answer
         with self._lock:
-            self._queued.append(mine)
+            self._queued[id(mine)] = mine
         if not self._writing.acquire(timeout=LOCK_TIMEOUT):
             with self._lock:
-                waiting = [queued for queued in self._queued if queued is not mine]
-                if len(waiting) < len(self._queued):  # not taken by a write at work: withdrawn
-                    self._queued = waiting
+                if self._queued.pop(id(mine), None) is not None:  # not taken by a write at work: withdrawn
                     raise DataError(["%s: the writes before this one took over %g s; nothing was written"
                                      % (self.path, LOCK_TIMEOUT)])
             self._writing.acquire()  # taken: its answer comes with that write's
         try:
             if len(mine) == 1:  # not made with the writes before: make it, with those waiting
                 with self._lock:
-                    batch, self._queued = self._queued, []
+                    batch, self._queued = list(self._queued.values()), {}
                 try:
                     self._write(batch, deadline)
                 except Exception as exc:
@@ -921,8 +913,11 @@ class DataFile:
         """Make each change of ``batch`` (its answer appended to it) in one version of the file, written once."""
         with _locked(self.path, deadline) as (target, old):
             for _ in range(WRITE_ATTEMPTS):
-                signature, store = self._latest()
-                fresh, now = store, int(time.time() * 1000)
+                self.refresh()  # the version on disk: the one in service, or the file read again
+                signature, fresh, status = self._state
+                if fresh is None or status.failed_at is not None:  # never overwrite a version that does not load
+                    raise Conflict(["%s: does not load (the fault is logged); nothing was written" % self.path])
+                store, now = fresh, int(time.time() * 1000)
                 for each in batch:
                     digest, kind, name, change, args = each[0]
                     try:
@@ -943,16 +938,6 @@ class DataFile:
                         return
             raise Conflict(["%s: saved by another hand %d times while a write was made; nothing was written"
                             % (self.path, WRITE_ATTEMPTS)])
-
-    def _latest(self) -> tuple[Optional[Signature], Store]:
-        """The version on disk and its store (a writer's lock held): the one in service, or the file read again."""
-        with self._lock:
-            signature, store, status = self._state
-            if _stat(self.path) != signature or status.failed_at is not None or store is None:
-                fault = self._load()
-                if fault is not None:  # never overwrite a version that does not load
-                    raise fault if isinstance(fault, FileChanging) else Conflict(fault.faults)
-            return self._state[0], cast(Store, self._state[1])
 
     def _changed(self, store: Store, account: Account, kind: str, name: str, item: Optional[Item],
                  new: Optional[Item]) -> Store:
@@ -1097,7 +1082,7 @@ def after_fork() -> None:
     and mark it: its first call starts its reloader and looks (no thread starts inside a fork hook)."""
     for data in list(_open_files):
         if not data._closed:
-            data._lock, data._writing, data._queued, data._forked = threading.Lock(), threading.Lock(), [], True
+            data._lock, data._writing, data._queued, data._forked = threading.Lock(), threading.Lock(), {}, True
 
 
 if hasattr(os, "register_at_fork"):

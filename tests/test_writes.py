@@ -473,9 +473,9 @@ def test_writes_that_come_while_one_is_written_go_in_one_version_each_with_its_o
     the file (one rename, one fsync), each answered for itself: one for an account not there is refused alone."""
     path = write_json(tmp_path / "data.json", accounts_document())
     data = service.open_data(str(path), None, interval=3600, writable=True)
-    go, latest, rename = threading.Event(), data._latest, os.replace
+    go, refresh, rename = threading.Event(), data.refresh, os.replace
     renames: List[Any] = []
-    monkeypatch.setattr(data, "_latest", lambda: go.wait() and latest())  # the first write, held at work
+    monkeypatch.setattr(data, "refresh", lambda: go.wait() and refresh())  # the first write, held at work
     monkeypatch.setattr(os, "replace", lambda *names: renames.append(names) or rename(*names))  # type: ignore[func-returns-value]
     answers: Dict[str, str] = {}
 
