@@ -434,8 +434,7 @@ class _Checker:
                 for twice in value[_TWICE]:
                     self.fault(array, i, twice, "given twice in one object (only one is allowed)")
             elif key not in required + optional:
-                expected = ", ".join("'%s'" % name for name in required + optional)
-                self.fault(array, i, key, "unknown key (expected %s)" % expected)
+                self.fault(array, i, key, "unknown key (expected '%s')" % "', '".join(required + optional))
         for key in required:
             if key not in value:
                 self.fault(array, i, key, "missing")
@@ -443,44 +442,35 @@ class _Checker:
 
     def item(self, value: Any, array: str, i: int, cls: Any, seen: dict[str, int]) -> Any:
         """Build the item of kind ``cls`` at ``array[i]`` by its schema, or note its faults and return None."""
-        item = self.fields(value, array, i, cls)
+        faults, item = len(self.faults), self.fields(value, array, i, cls)
         if item is None:
             return None
         values: dict[str, Any] = {}
-        good = True
-        for attr, key, rule, required in SCHEMA[cls]:
+        for attr, key, rule, _ in SCHEMA[cls]:  # a required key missing: said by fields
             found = item.get(key, _MISSING)
             if found is _MISSING:
-                good = good and not required
-            elif isinstance(rule, type):  # an array of items
+                continue
+            if isinstance(rule, type):  # an array of items
                 where, names = "%s[%d].%s" % (array, i, key), cast("dict[str, int]", {})
-                values[attr] = tuple([self.item(v, where, j, rule, names) for j, v in enumerate(self.each(
-                    found, where))])
-                good = good and None not in values[attr]
+                found = tuple([self.item(v, where, j, rule, names) for j, v in enumerate(self.each(found, where))])
             elif key == "name":
-                good = self.name(found, array, i, seen, rule) and good
-                values[attr] = found
-            elif rule(found):
-                values[attr] = found
-                if key == "updatedAt" and values.get("created_at", -1) > found:
-                    self.fault(array, i, key, "expected a time not before createdAt (%d), got %d"
-                               % (values["created_at"], found))
-                    good = False
-            else:
+                self.name(found, array, i, seen, rule)
+            elif not rule(found):
                 self.fault(array, i, key, "expected %s, got %s" % (EXPECTED[rule], _show(found)))
-                good = False
-        return cls(**values) if good else None
+                continue
+            elif key == "updatedAt" and values.get("created_at", -1) > found:
+                self.fault(array, i, key, "expected a time not before createdAt (%d), got %d"
+                           % (values["created_at"], found))
+            values[attr] = found
+        return cls(**values) if len(self.faults) == faults else None
 
-    def name(self, value: Any, array: str, i: int, seen: dict[str, int], rule: Callable[[Any], bool]) -> bool:
-        """Tell whether an item's name keeps its rule and is new in its array (noting it), else say why not."""
-        if rule(value):
-            if seen.setdefault(value, i) == i:
-                return True
-            self.fault(array, i, "name", "duplicate name %s (also at %s[%d].name)" % (_show(value), array, seen[value]))
-        else:
+    def name(self, value: Any, array: str, i: int, seen: dict[str, int], rule: Callable[[Any], bool]) -> None:
+        """Note an item's name in its array, or say why it breaks its rule or is there already."""
+        if not rule(value):
             self.fault(array, i, "name", "expected %s, got %s" % ("a non-empty string" if type(
                 value) is not str or not value else EXPECTED[rule], _show(value)))
-        return False
+        elif seen.setdefault(value, i) != i:
+            self.fault(array, i, "name", "duplicate name %s (also at %s[%d].name)" % (_show(value), array, seen[value]))
 
     def account(self, value: Any, array: str, i: int, digests: dict[bytes, int]) -> Optional[Account]:
         if type(value) is int and self.known is not None:  # an account the DataFile knew: itself, checked already
@@ -489,9 +479,7 @@ class _Checker:
                 self.fault(array, i, None, "an account out of place, or a token twice")  # the whole parse says which
             return known
         item = self.fields(value, array, i, "accounts")
-        if item is None:
-            return None
-        digest = self.token(item, array, i)
+        digest = None if item is None else self.token(item, array, i)
         if digest is None:
             return None
         if digests.setdefault(digest, i) != i:
@@ -503,13 +491,11 @@ class _Checker:
         if ("token" in item) == ("tokenSha256" in item):
             self.fault(array, i, None, "expected exactly one of 'token' or 'tokenSha256'")
             return None
-        value = item.get("token")
         if "token" in item:
-            problem = check_token(value) if type(value) is str else "expected a string"
-            if problem is None:
-                return hashlib.sha256(cast(str, value).encode()).digest()
-            self.fault(array, i, "token", problem)  # never the value: it is meant to be a secret
-            return None
+            problem = check_token(item["token"]) if type(item["token"]) is str else "expected a string"
+            if problem is not None:
+                self.fault(array, i, "token", problem)  # never the value: it is meant to be a secret
+            return hashlib.sha256(item["token"].encode()).digest() if problem is None else None
         value = item["tokenSha256"]
         if type(value) is str and _SHA256_HEX.fullmatch(value):
             return bytes.fromhex(value)
@@ -840,7 +826,7 @@ class DataFile:
         if token is not None and (seen[0] != on_disk or seen[1] is not store):
             with contextlib.suppress(DataError):  # unreadable: what a reload would keep serving, and it logs why
                 raw, signature = read(self.path, self.max_size)
-                seen = self._seen = (signature, store, {account.token_sha256 for _, account in _kept(store, raw)})
+                seen = self._seen = (signature, store, {account.token_sha256 for _, account in _kept(store, raw)[0]})
         return token is not None and seen[1] is store and hashlib.sha256(token).digest() in seen[2]
 
     def status(self) -> Status:
@@ -950,9 +936,7 @@ class DataFile:
         have = len(item.endpoints) if isinstance(item, UrlGroup) else 0
         if isinstance(new, UrlGroup) and len(new.endpoints) > max(limits.endpoints, have):
             raise LimitReached(["a URL group may have %d endpoints at the most (--max-endpoints)" % limits.endpoints])
-        items = {**items, name: new}  # in place of the one of its name, or at the end
-        if new is None:
-            del items[name]
+        items = {**items, name: new} if new is not None else {key: it for key, it in items.items() if key != name}
         changed = dataclasses.replace(account, **{kind: items})  # type: ignore[arg-type]
         if item is not None and new is not None:  # its bytes: the account's with the item's line swapped, not joined
             old, line = map(attrgetter("lines" if kind == "url_groups" else "raw"), (item, new))
@@ -969,7 +953,7 @@ class DataFile:
         """The store of ``raw``, reusing what it keeps of the one in service (see _kept; each account read as a 0 that
         stands for it, see _Checker.account): another process's write costs a compare and the parsing of what it
         changed.  A file edited by hand may be parsed whole."""
-        kept, parts, at = _kept(self._state[1], raw), [], 0
+        (kept, changed, between), parts, at = _kept(self._state[1], raw), [], 0
         for found, account in kept:
             parts += [raw[at:found], b"0"]
             at = found + len(account.lines)
@@ -977,13 +961,8 @@ class DataFile:
             with contextlib.suppress(DataError):  # a fault: the whole parse says where
                 fresh = parse(b"".join(parts + [raw[at:]]), self.path, self._token, self._fallback,
                               iter(account for _, account in kept))
-                if len(fresh.accounts) == len(kept) + 1:  # one changed: its bytes are what is between (not encoded)
-                    i = next(i for i, (_, account) in enumerate(kept + [(0, None)]) if fresh.accounts[i] is not account)
-                    start, end = (kept[i - 1][0] + len(kept[i - 1][1].lines) if i else 15), (
-                        kept[i][0] if i < len(kept) else len(raw) - 4)
-                    region = raw[start:end].strip(b",\n")
-                    if region[:1] == b"{" and region[-1:] == b"}":
-                        fresh.accounts[i].__dict__["lines"] = region
+                if len(fresh.accounts) == len(kept) + 1 and between[:1] + between[-1:] == b"{}":  # one changed:
+                    vars(fresh.accounts[changed])["lines"] = between  # its bytes are the file's, not encoded again
                 return fresh
         return parse(raw, self.path, self._token, self._fallback)
 
@@ -1038,9 +1017,10 @@ class DataFile:
             self.refresh()
 
 
-def _kept(store: Optional[Store], raw: bytes) -> list[tuple[int, Account]]:
+def _kept(store: Optional[Store], raw: bytes) -> tuple[list[tuple[int, Account]], int, bytes]:
     """The accounts of ``store`` (of several) that ``raw`` begins and ends with, byte for byte and where the writer puts
-    them (what is between is what changed), each with its offset, in order."""
+    them, each with its offset, in order; and what is between them (what changed): its first account's index, its
+    bytes."""
     accounts = store.accounts if store is not None and len(store.accounts) > 1 and raw.startswith(
         b'{"accounts": [\n{') else ()
     head, tail = [], []
@@ -1052,7 +1032,7 @@ def _kept(store: Optional[Store], raw: bytes) -> list[tuple[int, Account]]:
         j, end = j - 1, end - len(accounts[j - 1].lines)
         tail.append((end, accounts[j]))
         end -= 2
-    return head + tail[::-1]
+    return head + tail[::-1], i, raw[at:end]
 
 
 def _reloader(ref: "weakref.ReferenceType[DataFile]", wake: threading.Event, interval: float) -> None:
