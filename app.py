@@ -76,6 +76,8 @@ GZIP_MIN = 1024  # bodies shorter than this are not worth compressing
 PRIVATE = "private, no-cache"  # one account's lists: no shared cache keeps them; revalidated (RFC 9111, 5.2.2)
 NO_STORE = "no-store"  # signing keys (secrets), errors, writes, health: no cache stores them at all
 MAX_BODY = 64 * 1024  # the largest body a write takes (QStash's carry a few hundred bytes)
+UNAVAILABLE = ("service unavailable: the server's data file cannot be served yet; the server log names the fault and "
+               "its fix, and the file is served as soon as it is good")  # no good version of it yet (see make_app)
 #: waitress's settings, measured (docs/deploying.md); the benchmark's baseline and waitress-serve's recipe use them.
 WAITRESS_SETTINGS: Dict[str, Any] = {
     "ident": "qstash-lists",  # the Server header: no version numbers (--record knows itself by it)
@@ -132,14 +134,6 @@ class BadRequest(HTTPError):
     """A name outside QStash's rule, or a write's body that is not what QStash takes."""
 
     status = HTTPStatus.BAD_REQUEST
-
-
-class Unavailable(HTTPError):
-    """No good version of the data file has been loaded yet (see make_app)."""
-
-    status = HTTPStatus.SERVICE_UNAVAILABLE
-    message = ("service unavailable: the server's data file cannot be served yet; the server log names "
-               "the fault and its fix, and the file is served as soon as it is good")
 
 
 class MethodNotAllowed(HTTPError):
@@ -244,10 +238,6 @@ def _route(path_info: str) -> Tuple[str, Optional[str]]:
 def _credential(environ: WSGIEnvironment) -> bytes:
     """Return the request's one token (Authorization, qstash_token fields: all the same), or raise Unauthorized."""
     query, header = environ.get("QUERY_STRING"), environ.get("HTTP_AUTHORIZATION")
-    if not query and header is not None and header[:7] == "Bearer ":  # the usual form, the short way
-        token = header[7:]
-        if token and " " not in token and "\t" not in token:
-            return _latin1(token)
     tokens = _query_tokens(query) if query and "qstash_token" in query else set()
     if header is not None:
         scheme, _, token = header.strip(" \t").partition(" ")
@@ -374,7 +364,7 @@ def respond(environ: WSGIEnvironment, source: store.DataFile, allowed_hosts: Ite
     token = _credential(environ)
     loaded = source.current(token)
     if loaded is None:
-        raise Unavailable(headers=[("Retry-After", "1")], why="no good data file yet")
+        raise HTTPError(UNAVAILABLE, [("Retry-After", "1")], "no good data file yet", HTTPStatus.SERVICE_UNAVAILABLE)
     account = loaded.find(token)
     if account is None:
         raise Unauthorized("unknown token")

@@ -435,9 +435,8 @@ class _Checker:
                     self.fault(array, i, twice, "given twice in one object (only one is allowed)")
             elif key not in required + optional:
                 self.fault(array, i, key, "unknown key (expected '%s')" % "', '".join(required + optional))
-        for key in required:
-            if key not in value:
-                self.fault(array, i, key, "missing")
+        for key in (key for key in required if key not in value):
+            self.fault(array, i, key, "missing")
         return value  # what is there is judged too: every fault of an item is reported
 
     def item(self, value: Any, array: str, i: int, cls: Any, seen: dict[str, int]) -> Any:
@@ -571,10 +570,9 @@ def _open(path: str) -> int:
     try:
         return os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
-        try:  # a socket cannot even be opened: name it, as fstat would
+        kind = None
+        with contextlib.suppress(OSError):  # a socket cannot even be opened: name it, as fstat would
             kind = _KINDS.get(stat.S_IFMT(os.stat(path).st_mode))
-        except OSError:
-            kind = None
         reason = "not a regular file but %s" % kind if kind else exc.strerror or str(exc)
         raise DataError(["%s: cannot read: %s" % (path, reason)]) from None
 
@@ -633,10 +631,14 @@ def _locked(path: str, deadline: float) -> Iterator[tuple[str, os.stat_result]]:
 
 
 @contextlib.contextmanager
-def _written(target: str, raw: list[bytes], old: Optional[os.stat_result],
-             source: str) -> Iterator[Callable[[], Signature]]:
-    """Write ``raw`` to a temporary file of its own beside ``target`` (fsync'd, old mode and owner); yield what renames
-    it over ``target`` (readers see the old version or the new) and returns its signature; it goes on every way out."""
+def _written(target: str, raw: list[bytes], old: Optional[os.stat_result], source: str,
+             max_size: int) -> Iterator[Callable[[], Signature]]:
+    """Write ``raw`` (TooLarge if over ``max_size``) to a temporary file of its own beside ``target`` (fsync'd, old mode
+    and owner); yield what renames it over ``target`` (readers see the old version or the new) and returns its
+    signature; the temporary file goes on every way out."""
+    if sum(map(len, raw)) > max_size:
+        raise TooLarge(["%s: would be %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE); it is unchanged"
+                        % (source, megabytes(sum(map(len, raw))), megabytes(max_size))])
     directory, name = os.path.split(target)
     fd, temporary = -1, ""
     try:
@@ -678,22 +680,13 @@ def _written(target: str, raw: list[bytes], old: Optional[os.stat_result],
                 os.unlink(temporary)
 
 
-def _sized(source: str, raw: list[bytes], max_size: int) -> list[bytes]:
-    """``raw``, or TooLarge if the file it makes would be over ``max_size``."""
-    if sum(map(len, raw)) > max_size:
-        raise TooLarge(["%s: would be %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE); it is unchanged"
-                        % (source, megabytes(sum(map(len, raw))), megabytes(max_size))])
-    return raw
-
-
 def record(path: str, document: dict[str, Any], token: str, max_size: int = DEFAULT_MAX_SIZE) -> Store:
     """Check ``document`` as a one-account file for ``token`` and write it to ``path``; or DataError, file unchanged."""
     loaded = parse(encode(document), path, token)
-    raw = _sized(path, loaded.lines(), max_size)
     with contextlib.ExitStack() as stack:
         target, old = stack.enter_context(_locked(path, time.monotonic() + LOCK_TIMEOUT)) if os.path.lexists(
             path) else (os.path.realpath(path), None)
-        stack.enter_context(_written(target, raw, old, path))()
+        stack.enter_context(_written(target, loaded.lines(), old, path, max_size))()
     return loaded
 
 
@@ -917,8 +910,8 @@ class DataFile:
                         each[1:] = [exc]
                 if fresh is store:
                     return
-                raw = _sized(self.path, fresh.lines(), self.max_size)
-                with _written(target, raw, old, self.path) as rename, self._lock:  # a read waits for the rename
+                raw = fresh.lines()  # a read waits for the rename only:
+                with _written(target, raw, old, self.path, self.max_size) as rename, self._lock:
                     if _stat(self.path) == signature:  # else saved by hand meanwhile: the changes again on it
                         self._put(rename(), fresh, raw)
                         return
@@ -1029,9 +1022,8 @@ def _kept(store: Optional[Store], raw: bytes) -> tuple[list[tuple[int, Account]]
         head.append((at, accounts[i]))
         i, at = i + 1, at + len(accounts[i].lines) + 2  # and ',\n'
     while j > i and raw.endswith(accounts[j - 1].lines, at, end):
-        j, end = j - 1, end - len(accounts[j - 1].lines)
-        tail.append((end, accounts[j]))
-        end -= 2
+        j, end = j - 1, end - len(accounts[j - 1].lines) - 2  # and ',\n'
+        tail.append((end + 2, accounts[j]))
     return head + tail[::-1], i, raw[at:end]
 
 

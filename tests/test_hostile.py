@@ -221,7 +221,7 @@ def test_gunicorn_keeps_serving_when_a_worker_restarts_while_the_file_is_bad(tmp
             status, body = get("127.0.0.1", port, "/v2/queues/emails")
             statuses.add(status)
             if status == 503:
-                assert json.loads(body)["error"] == service.Unavailable.message
+                assert json.loads(body)["error"] == service.UNAVAILABLE
         assert statuses <= {200, 503} and master.poll() is None
         document = accounts_document()
         document["accounts"][0]["queues"][0]["lag"] = 5
