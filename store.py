@@ -289,10 +289,8 @@ class Store:
         """The data file of this store in pieces, written as they are: each account's bytes, and what goes between."""
         if self.single_account:
             return [self.accounts[0].lines, b"\n"]
-        parts = [b'{"accounts": [\n']
-        for i, account in enumerate(self.accounts):
-            parts += [b",\n"[:2 * bool(i)], account.lines]
-        return parts + [b"\n]}\n"]
+        parts = [piece for account in self.accounts for piece in (b",\n", account.lines)][1:]  # between them: ",\n"
+        return [b'{"accounts": [\n'] + parts + [b"\n]}\n"]
 
     def warnings(self, source: str) -> list[str]:
         """Return what looks wrong in a valid file, one line each: no account, times in seconds."""

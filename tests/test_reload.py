@@ -3,6 +3,7 @@ readers never see a mix, and no file (a FIFO, a device, a huge or a busy one) st
 
 import ctypes
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -599,3 +600,17 @@ def test_a_fault_that_lasts_is_logged_when_it_starts_and_when_it_ends(path: Path
     assert logged[1] == "%s: keeping the last good version" % path
     if make == "socket":
         assert logged[0] == "%s: cannot read: not a regular file but a socket" % path
+
+
+def test_a_writable_processes_reloader_loads_anothers_writes_once_they_pause(path: Path) -> None:
+    """A writable process loads another's write when a request needs it (tests/test_writes.py), and its reloader does
+    once the file is still: its health is not stale for ever after a burst of writes it was not asked about."""
+    write_json(path, version(1))
+    writer = store.DataFile(str(path), None, 3600, writable=True)
+    reader = store.DataFile(str(path), None, 0.05, writable=True)
+    assert writer.update(hashlib.sha256(TOKEN_A.encode()).digest(), "queues", "new", store.upsert_queue,
+                         "new", 2, None) == "queue created"
+    eventually(lambda: reader.status().failed_at is None)  # the version in service is the one on disk
+    assert "new" in reader._state[1].accounts[0].queues  # type: ignore[union-attr]
+    writer.close()
+    reader.close()

@@ -5,6 +5,7 @@ a bad body answered 500, an account taking another's room)."""
 
 import contextlib
 import fcntl
+import hashlib
 import http.client
 import json
 import math
@@ -263,6 +264,32 @@ def test_a_write_waits_for_this_processes_other_writes_no_longer_than_for_anothe
     with data._writing:  # another thread's write, stuck
         response = send(app, "POST", "/v2/queues", {"queueName": "x", "parallelism": 1})
     assert (response.status, response.headers["Retry-After"]) == (503, "1")
+
+
+def test_a_write_taken_by_the_write_at_work_is_answered_with_it_even_past_the_lock_timeout(path: Path) -> None:
+    """A write that waited past LOCK_TIMEOUT gives up (503) only if no write at work took it; one that was taken is
+    written with that write, and answered as it is (never a 503 for a change that is made)."""
+    data = service.open_data(str(path), None, interval=3600, writable=True)
+    taken: List[List[Any]] = []
+
+    class AtWork:  # the write lock, held by a write at work that takes the waiting ones, then answers them
+        def acquire(self, timeout: float = -1) -> bool:
+            if timeout >= 0:  # the wait with a bound: meanwhile the write at work takes the queue, and the bound passes
+                taken.extend(data._queued.values())
+                data._queued.clear()
+                return False
+            for each in taken:
+                each[1:] = ["queue created"]  # made with the write at work
+            return True
+
+        def release(self) -> None:
+            pass
+
+    data._writing = AtWork()  # type: ignore[assignment]
+    digest = hashlib.sha256(TOKEN_A.encode()).digest()
+    assert data.update(digest, "queues", "x", store.upsert_queue, "x", None, None) == "queue created"
+    assert len(taken) == 1
+    data.close()
 
 
 # ---- 7. Every bad body is a 400 naming the field ---------------------------------------------------
