@@ -933,7 +933,7 @@ class DataFile:
             old, line = map(attrgetter("lines" if kind == "url_groups" else "raw"), (item, new))
             at = account.lines.find(b"\n  " + old) + 3  # a line is unique: the name is in it
             if at > 2 and account.lines[at + len(old):at + len(old) + 1] in (b",", b"\n"):
-                changed.__dict__["lines"] = b"".join((account.lines[:at], line, account.lines[at + len(old):]))
+                vars(changed)["lines"] = b"".join((account.lines[:at], line, account.lines[at + len(old):]))
         share, at = self.max_size // len(store.accounts), store.accounts.index(account)
         if len(changed.lines) > max(share, len(account.lines)):  # no account takes the room of the others
             raise TooLarge(["%s: this account would be %s, over its share of --max-size (%s: %d accounts)"

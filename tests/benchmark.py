@@ -16,6 +16,7 @@ to 127.0.0.1.
 
 import argparse
 import functools
+import hashlib
 import http.client
 import io
 import json
@@ -614,6 +615,8 @@ def write_rows(tmp: Path, sizes: List[int], rounds: int, seconds: float, connect
                 med(r.p50 for r in ours[8]), med(r.p99 for r in ours[8]), rival_cells[2]))
             if accounts == 1 and size == max(sizes):
                 storm_rows(writer, data, rounds, seconds, connections, summary)
+            summary.append("%s: another process's reload after one write %.1f ms, a whole parse %.1f ms (CPU, median "
+                           "of %d)" % ((label,) + reload_after_write(data, rounds)))
         finally:
             writer.close()
             if rival is not None:
@@ -623,6 +626,25 @@ def write_rows(tmp: Path, sizes: List[int], rounds: int, seconds: float, connect
         "%dx%d" % (a, s) if a > 1 else "%d queues" % s, cpu, cpu / base) for (s, a), cpu in cpu_at.items())
         + "; json-server: %s" % ("measured beside ours" if node else "skipped: no node and npm here"))
     rows.append("")
+
+
+def reload_after_write(data: Path, rounds: int) -> Tuple[float, float, int]:
+    """CPU ms of a second DataFile's reload after one write through the first (what another process pays), against
+    a whole parse of the same file; in this process, as two servers would."""
+    digest = hashlib.sha256(TOKEN.encode()).digest()
+    writer, reader = (store.DataFile(str(data), None, 3600, writable=True) for _ in range(2))
+    reloads, parses = [], []
+    for i in range(rounds):
+        writer.update(digest, "queues", "queue-000001", store.upsert_queue, "queue-000001", i % 9 + 1, None)
+        started = time.process_time()
+        assert reader.refresh()
+        reloads.append((time.process_time() - started) * 1000)
+        started = time.process_time()
+        store.load(str(data), None)
+        parses.append((time.process_time() - started) * 1000)
+    writer.close()
+    reader.close()
+    return statistics.median(reloads), statistics.median(parses), rounds
 
 
 def storm_rows(writer: Server, data: Path, rounds: int, seconds: float, connections: int,

@@ -475,7 +475,13 @@ def test_writes_that_come_while_one_is_written_go_in_one_version_each_with_its_o
     data = service.open_data(str(path), None, interval=3600, writable=True)
     go, refresh, rename = threading.Event(), data.refresh, os.replace
     renames: List[Any] = []
-    monkeypatch.setattr(data, "refresh", lambda: go.wait() and refresh())  # the first write, held at work
+    looks: List[int] = []
+
+    def held() -> bool:  # the first write's look at the file, held: the others wait meanwhile
+        looks.append(1)
+        return go.wait() and refresh()
+
+    monkeypatch.setattr(data, "refresh", held)
     monkeypatch.setattr(os, "replace", lambda *names: renames.append(names) or rename(*names))  # type: ignore[func-returns-value]
     answers: Dict[str, str] = {}
 
@@ -500,6 +506,7 @@ def test_writes_that_come_while_one_is_written_go_in_one_version_each_with_its_o
     assert answers == dict({name: "queue created" for name in ["first", "q0", "q1", "q2", "q3", "q4"]},
                            lost="no such account")
     assert len(renames) == 2  # the first write's version, then one for the five that waited
+    assert len(looks) == 2  # and a write that another made is answered without taking the lock again
     names = [queue["name"] for queue in on_disk(path)["accounts"][1]["queues"]]
     assert names[1] == "first" and sorted(names[2:]) == ["q0", "q1", "q2", "q3", "q4"]  # in the order they came
     data.close()
