@@ -276,10 +276,11 @@ class Store:
     accounts: tuple[Account, ...]
     single_account: bool = False  # the file holds one account ({"urlGroups": ..., "queues": ...})
     fallback_used: bool = False  # ... served with the fallback token, as no token was given (see parse)
-    by_digest: Mapping[bytes, Account] = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "by_digest", {account.token_sha256: account for account in self.accounts})
+    @cached_property
+    def by_digest(self) -> Mapping[bytes, Account]:
+        """Each account by the SHA-256 digest of its token (a write's store has it from the one before it)."""
+        return {account.token_sha256: account for account in self.accounts}
 
     def find(self, token: bytes) -> Optional[Account]:
         """Return the account whose token is ``token``, or None, by its SHA-256: timing tells a probe no token."""
@@ -631,9 +632,8 @@ def _locked(path: str, deadline: float) -> Iterator[tuple[str, os.stat_result]]:
 @contextlib.contextmanager
 def _written(target: str, raw: list[bytes], old: Optional[os.stat_result], source: str,
              max_size: int) -> Iterator[Callable[[], Signature]]:
-    """Write ``raw`` (TooLarge if over ``max_size``) to a temporary file of its own beside ``target`` (fsync'd, old mode
-    and owner); yield what renames it over ``target`` (readers see the old version or the new) and returns its
-    signature; the temporary file goes on every way out."""
+    """Write ``raw`` (TooLarge past ``max_size``) to a temporary file of its own beside ``target`` (fsync'd, old mode,
+    owner); yield what renames it over ``target`` (atomic) and returns its signature; it goes on every way out."""
     if sum(map(len, raw)) > max_size:
         raise TooLarge(["%s: would be %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE); it is unchanged"
                         % (source, megabytes(sum(map(len, raw))), megabytes(max_size))])
@@ -938,7 +938,9 @@ class DataFile:
         if len(changed.lines) > max(share, len(account.lines)):  # no account takes the room of the others
             raise TooLarge(["%s: this account would be %s, over its share of --max-size (%s: %d accounts)"
                             % (self.path, megabytes(len(changed.lines)), megabytes(share), len(store.accounts))])
-        return dataclasses.replace(store, accounts=store.accounts[:at] + (changed,) + store.accounts[at + 1:])
+        fresh = dataclasses.replace(store, accounts=store.accounts[:at] + (changed,) + store.accounts[at + 1:])
+        vars(fresh)["by_digest"] = {**store.by_digest, changed.token_sha256: changed}  # a copy in C, not a loop
+        return fresh
 
     def _parse(self, raw: bytes) -> Store:
         """The store of ``raw``, reusing what it keeps of the one in service (see _kept; each account read as a 0 that

@@ -211,6 +211,7 @@ MUTANTS: List[Mutant] = [
     M("batch", "store.py", "except (LookupError, LimitReached, TooLarge) as exc:  # this change's own",
       "except ():  # this change's own", WRITES + SAFETY),
     M("splice", "store.py", "line, account.lines[at + len(old):]))", "line, account.lines[at + len(old) + 1:]))", WRITES),
+    M("splice", "store.py", "{**store.by_digest, changed.token_sha256: changed}", "dict(store.by_digest)", WRITES),
     M("writes", "app.py", "if int(length) > MAX_BODY:", "if False:", WRITES),
     M("writes", "app.py", 'if did == "no such " + noun:', "if False:", WRITES),
     M("writes", "app.py", "if (adding and \"url\" not in given) or not given or not all(", "if not given or not all(",

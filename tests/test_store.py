@@ -375,6 +375,7 @@ def test_random_faults_are_always_reported_and_good_files_load_exactly() -> None
 def test_an_account_is_found_by_one_lookup_whatever_their_number() -> None:
     accounts = tuple(store.Account(hashlib.sha256(b"token-%d" % i).digest()) for i in range(10000))
     found = store.Store(accounts)
+    assert len(found.by_digest) == 10000  # the index, built once when first asked for
 
     class NoScan(tuple):  # type: ignore[type-arg]
         def __iter__(self) -> Any:
