@@ -703,7 +703,7 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
         settings = read_settings(os.environ if environ is None else environ)
         data = _open(settings, None, required=True)
     except (ConfigError, store.TokenMissing) as exc:
-        print(exc, file=sys.stderr)
+        sys.stderr.write("%s\n" % exc)  # one write: the workers that fail at once each give a whole line
         raise SystemExit(3) from None
     except store.DataError:
         data = _open(settings, None, required=False)  # logged; answered with 503 until it is good
