@@ -476,6 +476,7 @@ def test_writes_that_come_while_one_is_written_go_in_one_version_each_with_its_o
     go, refresh, rename = threading.Event(), data.refresh, os.replace
     renames: List[Any] = []
     looks: List[int] = []
+    monkeypatch.setattr(store, "LOCK_TIMEOUT", 600)  # the others wait for the first however slow the machine
 
     def held() -> bool:  # the first write's look at the file, held: the others wait meanwhile
         looks.append(1)
