@@ -945,8 +945,8 @@ def _fetch(base: str, route: str, token: str, max_size: int, timeout: float, ask
     request = urllib.request.Request(base + route, headers={"Authorization": "Bearer " + token})
     where, fix = "GET %s%s" % (base, route), "is --upstream (QSTASH_LISTS_UPSTREAM) the QStash API?"
     ours = "that is a qstash-lists server, not QStash; set --upstream (QSTASH_LISTS_UPSTREAM) to QStash's API"
-    try:
-        with urllib.request.build_opener(_NoRedirects).open(request, timeout=timeout) as response:
+    try:  # a read may last past the run's deadline (timeout): the deadline ends the run first, and says so
+        with urllib.request.build_opener(_NoRedirects).open(request, timeout=timeout + 1) as response:
             if response.headers.get("Server") == WAITRESS_SETTINGS["ident"]:
                 raise ConfigError("%s: %s, such as https://qstash.upstash.io" % (where, ours))
             raw = store.read_at_most(response.read, max_size)
