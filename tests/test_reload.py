@@ -611,6 +611,7 @@ def test_a_writable_processes_reloader_loads_anothers_writes_once_they_pause(pat
     assert writer.update(hashlib.sha256(TOKEN_A.encode()).digest(), "queues", "new", store.upsert_queue,
                          "new", 2, None) == "queue created"
     eventually(lambda: reader.status().failed_at is None)  # the version in service is the one on disk
-    assert "new" in reader._state[1].accounts[0].queues  # type: ignore[union-attr]
+    loaded = reader.current()  # loads nothing now: it is in service
+    assert loaded is not None and "new" in loaded.accounts[0].queues
     writer.close()
     reader.close()
