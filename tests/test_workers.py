@@ -223,9 +223,11 @@ def test_signals_of_each_server_during_the_first_load(slow_file: Path, server: s
 def test_the_throughput_recipe_finishes_the_answers_in_flight_on_sigterm(tmp_path: Path) -> None:
     """docs/deploying.md's uWSGI line, SIGTERM while a client is in the middle of a 10 MB answer,
     more than the sockets' buffers hold: it gets all of it, and uWSGI exits 0.  (With
-    --die-on-term alone, uWSGI kills its workers a second later, cutting the answer short.)  The
-    client reads slowly, a small window at a time, for a few seconds, but never stops for uWSGI's
-    --socket-timeout (4 s), after which uWSGI drops an answer that cannot be sent, stop or not."""
+    --die-on-term alone, uWSGI kills its workers a second later, cutting the answer short.)
+    The test sets the pace: the client stops reading until uWSGI has begun its stop (the
+    answer stays in flight, the buffers full), then reads the rest as fast as it can, so what
+    is shown is that the stop finishes the answer, not how fast this machine reads 10 MB
+    against the recipe's 10 s mercy."""
     data = write_json(tmp_path / "data.json", big_document(120000))
     port = free_port()
     env = {"QSTASH_LISTS_DATA": str(data), "PYTHONPATH": str(ROOT)}
@@ -240,19 +242,16 @@ def test_the_throughput_recipe_finishes_the_answers_in_flight_on_sigterm(tmp_pat
         reader.sendall(b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n")
         received = bytearray(reader.recv(4096))  # the answer has begun...
         master.send_signal(signal.SIGTERM)  # ...when the stop comes
-        stopping_mid_answer = False
+        log.wait_for("graceful shutdown", timeout=30)  # the stop has begun, the answer still in flight
         while True:
-            chunk = reader.recv(65536)
+            chunk = reader.recv(1 << 20)
             if not chunk:
                 break
-            stopping_mid_answer = stopping_mid_answer or log.count("graceful shutdown") > 0
             received += chunk
-            time.sleep(0.001)
         reader.close()
         assert master.wait(timeout=30) == 0
     head, _, body = bytes(received).partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200 ") and len(body) == len(expected) > 10000000 and body == expected
-    assert stopping_mid_answer  # uWSGI had begun its stop while the answer was still coming
     assert "Traceback" not in log.text()
 
 
