@@ -1,9 +1,11 @@
-"""qstash-lists: QStash's URL groups and queues, served from a JSON file (the HTTP part and the process).
+"""qstash-lists: QStash's URL groups and queues, served from a JSON file (the HTTP part and the
+process).
 
-It answers the reads of ``/v2/topics``, ``/v2/queues`` (each list and one item by name) and ``/v2/keys``
-behind bearer-token auth; with ``--writable``, QStash's writes of both, saved to the file.  Serve with
-``python app.py`` (``--help`` lists the settings); embed with ``make_app``, the factory for waitress-serve,
-gunicorn and uWSGI, or ``create_app(open_data(...))``.  Standard library only; waitress only to serve.
+It answers the reads of ``/v2/topics``, ``/v2/queues`` (each list and one item by name) and
+``/v2/keys`` behind bearer-token auth; with ``--writable``, QStash's writes of both, saved to the
+file.  Serve with ``python app.py`` (``--help`` lists the settings); embed with ``make_app``, the
+factory for waitress-serve, gunicorn and uWSGI, or ``create_app(open_data(...))``.  Standard library
+only; waitress only to serve.
 """
 
 from __future__ import annotations
@@ -27,15 +29,27 @@ import typing
 import urllib.error
 import urllib.request
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    List,
+    Mapping,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Tuple,
+)
 from urllib.parse import quote, unquote_to_bytes
 
 if TYPE_CHECKING:
-
     import store
 elif __package__:  # inside a package: vendored, or installed as qstash_lists
     from . import store
-else:  # a script or a top-level module: the store.py beside this file, even if another "store" comes first
+# a script or a top-level module: the store.py beside this file, even if another "store" comes first
+else:
     import importlib.util
 
     _beside = os.path.join(os.path.dirname(os.path.realpath(__file__)), "store.py")
@@ -49,10 +63,22 @@ else:  # a script or a top-level module: the store.py beside this file, even if 
         _spec.loader.exec_module(store)
 
 __version__ = "0.3.0"
-__all__ = ["DEV_TOKEN", "SETTINGS", "AccessLog", "HTTPError", "create_app", "main", "make_app", "open_data",
-           "read_settings", "run"]
+__all__ = [
+    "DEV_TOKEN",
+    "SETTINGS",
+    "AccessLog",
+    "HTTPError",
+    "create_app",
+    "main",
+    "make_app",
+    "open_data",
+    "read_settings",
+    "run",
+]
 
-Answer = Tuple[str, List[Tuple[str, str]], bytes, Optional[str]]  # status, headers, body, why (for the log only)
+Answer = Tuple[
+    str, List[Tuple[str, str]], bytes, Optional[str]
+]  # status, headers, body, why (for the log only)
 StartResponse = Callable[..., Callable[[bytes], object]]
 WSGIEnvironment = Dict[str, Any]
 WSGIApplication = Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]
@@ -62,26 +88,44 @@ DEV_TOKEN = "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3J
 #: ... and its signing keys (published in @upstash/qstash as DEV_CREDENTIALS), served to it.
 DEV_SIGNING_KEYS = ("sig_7kYjw48mhY7kAjqNGcy6cr29RJ6r", "sig_5ZB6DVzB1wjE8S6rZ7eenA8Pdnhs")
 _DEV_DIGEST = hashlib.sha256(DEV_TOKEN.encode()).digest()
-HEALTH_PATH = "/healthz"  # no token needed; it says which version of the data file is served (see health)
+HEALTH_PATH = (
+    "/healthz"  # no token needed; it says which version of the data file is served (see health)
+)
 #: The route table, the one place that names the paths: a path ("{name}" is an item's name, one
 #: segment) -> the methods it answers.  GET (and so HEAD) reads; the others write, with --writable.
 ROUTES: Dict[str, Tuple[str, ...]] = {
-    "/v2/topics": ("GET",), "/v2/topics/{name}": ("GET", "DELETE"), "/v2/topics/{name}/endpoints": ("POST", "DELETE"),
-    "/v2/queues": ("GET", "POST"), "/v2/queues/{name}": ("GET", "DELETE"), "/v2/queues/{name}/pause": ("POST",),
-    "/v2/queues/{name}/resume": ("POST",), "/v2/keys": ("GET",), HEALTH_PATH: ("GET",)}
+    "/v2/topics": ("GET",),
+    "/v2/topics/{name}": ("GET", "DELETE"),
+    "/v2/topics/{name}/endpoints": ("POST", "DELETE"),
+    "/v2/queues": ("GET", "POST"),
+    "/v2/queues/{name}": ("GET", "DELETE"),
+    "/v2/queues/{name}/pause": ("POST",),
+    "/v2/queues/{name}/resume": ("POST",),
+    "/v2/keys": ("GET",),
+    HEALTH_PATH: ("GET",),
+}
 #: What each collection answers: the store.Account field, and what one of its items is called.
-FIELDS = {"/v2/topics": ("url_groups", "URL group"), "/v2/queues": ("queues", "queue"),
-          "/v2/keys": ("signing_keys", "")}
+FIELDS = {
+    "/v2/topics": ("url_groups", "URL group"),
+    "/v2/queues": ("queues", "queue"),
+    "/v2/keys": ("signing_keys", ""),
+}
 GZIP_MIN = 1024  # bodies shorter than this are not worth compressing
-PRIVATE = "private, no-cache"  # one account's lists: no shared cache keeps them; revalidated (RFC 9111, 5.2.2)
+# one account's lists: no shared cache keeps them; revalidated (RFC 9111, 5.2.2)
+PRIVATE = "private, no-cache"
 NO_STORE = "no-store"  # signing keys (secrets), errors, writes, health: no cache stores them at all
 MAX_BODY = 64 * 1024  # the largest body a write takes (QStash's carry a few hundred bytes)
-UNAVAILABLE = ("service unavailable: the server's data file cannot be served yet; the server log names the fault and "
-               "its fix, and the file is served as soon as it is good")  # no good version of it yet (see make_app)
-#: waitress's settings, measured (docs/deploying.md); the benchmark's baseline and waitress-serve's recipe use them.
+UNAVAILABLE = (
+    "service unavailable: the server's data file cannot be served yet; the server log names the "
+    "fault and "
+    "its fix, and the file is served as soon as it is good"
+)  # no good version of it yet (see make_app)
+# : waitress's settings, measured (docs/deploying.md); the benchmark's baseline and waitress-serve's
+# recipe use them.
 WAITRESS_SETTINGS: Dict[str, Any] = {
     "ident": "qstash-lists",  # the Server header: no version numbers (--record knows itself by it)
-    # Bodies go by reference (wsgi.file_wrapper): a slow reader holds no worker, as the default watermark would.
+    # Bodies go by reference (wsgi.file_wrapper): a slow reader holds no worker, as the default
+    # watermark would.
     "outbuf_high_watermark": 1 << 40,
     "asyncore_use_poll": True,  # select() fails on descriptors above 1023; poll() does not
     "channel_timeout": 15,  # close a connection that has sent and been sent nothing for 15 s...
@@ -90,13 +134,19 @@ WAITRESS_SETTINGS: Dict[str, Any] = {
     "max_request_header_size": 16 * 1024,  # answered with 431 above this
     "max_request_body_size": MAX_BODY,
 }
-#: The servers whose wsgi.file_wrapper keeps a body by reference until it is read (waitress: no copy), by the
-#: wrapper's module; others read a BytesIO back in 4-8 KB writes, so they get the bytes whole (benchmark: table).
+# : The servers whose wsgi.file_wrapper keeps a body by reference until it is read (waitress: no
+# copy), by the
+# : wrapper's module; others read a BytesIO back in 4-8 KB writes, so they get the bytes whole
+# (benchmark: table).
 BY_REFERENCE = ("waitress.",)
-LOGGED_QUERY_FIELDS = 8  # at most this many fields of a query in the access log (names only: a value may be a token)
+LOGGED_QUERY_FIELDS = (
+    8  # at most this many fields of a query in the access log (names only: a value may be a token)
+)
 SHOWN_NAME = 100  # a name longer than this is cut short where a message repeats it
 MAX_QUERY_TOKENS = 16  # more differently written qstash_token values than this are refused unread
-ACCESS_LOG_BACKLOG = 10000  # lines held for a log stream that does not keep up; past that, dropped and counted
+ACCESS_LOG_BACKLOG = (
+    10000  # lines held for a log stream that does not keep up; past that, dropped and counted
+)
 ACCESS_LOG_CLOSE_TIMEOUT = 1.0  # how long the access log may take to write its last lines at a stop
 MAX_THREADS = 1024  # the most --threads allows (each has a stack; thousands only queue on 2 cores)
 
@@ -106,15 +156,25 @@ access_logger = logging.getLogger("qstash_lists.access")
 
 # ---- Errors: one type, rendered in one place -----------------------------------------------------
 class HTTPError(Exception):
-    """An error answer: a status, a JSON ``{"error": message}`` body, extra headers, and ``why`` for the log only."""
+    """An error answer: a status, a JSON ``{"error": message}`` body, extra headers, and ``why`` for
+    the log only."""
 
     status = HTTPStatus.INTERNAL_SERVER_ERROR
     message = "internal server error; the server log has the details"
 
-    def __init__(self, message: Optional[str] = None, headers: Sequence[Tuple[str, str]] = (),
-                 why: Optional[str] = None, status: Optional[HTTPStatus] = None) -> None:
-        self.message, self.status, self.headers, self.why = message or self.message, status or self.status, list(
-            headers), why
+    def __init__(
+        self,
+        message: Optional[str] = None,
+        headers: Sequence[Tuple[str, str]] = (),
+        why: Optional[str] = None,
+        status: Optional[HTTPStatus] = None,
+    ) -> None:
+        self.message, self.status, self.headers, self.why = (
+            message or self.message,
+            status or self.status,
+            list(headers),
+            why,
+        )
         super().__init__(self.message)
 
     def render(self) -> Answer:
@@ -126,8 +186,11 @@ class NotFound(HTTPError):
     """A path this server does not have, or an item the token's account does not have."""
 
     status = HTTPStatus.NOT_FOUND
-    message = ("not found: this server answers /v2/topics, /v2/topics/<name>, /v2/topics/<name>/endpoints, "
-               "/v2/queues, /v2/queues/<name>, /v2/queues/<name>/pause and /resume, and /v2/keys")
+    message = (
+        "not found: this server answers /v2/topics, /v2/topics/<name>, "
+        "/v2/topics/<name>/endpoints, "
+        "/v2/queues, /v2/queues/<name>, /v2/queues/<name>/pause and /resume, and /v2/keys"
+    )
 
 
 class BadRequest(HTTPError):
@@ -137,79 +200,135 @@ class BadRequest(HTTPError):
 
 
 class MethodNotAllowed(HTTPError):
-    """A method the path does not answer (RFC 9110, 15.5.6: with Allow, and the methods it takes in the message)."""
+    """A method the path does not answer (RFC 9110, 15.5.6: with Allow, and the methods it takes in
+    the message)."""
 
     status = HTTPStatus.METHOD_NOT_ALLOWED
 
     def __init__(self, allowed: Sequence[str], takes: Sequence[str], method: str) -> None:
         writes = ", ".join(m for m in takes if m not in allowed)  # a read-only server's
-        message = ("method not allowed: this server is read-only; start it with --writable (or QSTASH_LISTS_WRITABLE"
-                   "=1) to take QStash's writes of URL groups and queues" if method in takes else "method not allowed: "
-                   "this path answers %s" % ", ".join(list(takes) + ["HEAD"] * ("GET" in takes)) + (
-                       " (%s: writes, taken once the server is started with --writable, or QSTASH_LISTS_WRITABLE=1)"
-                       % writes if writes else ""))
+        message = (
+            "method not allowed: this server is read-only; start it with --writable (or "
+            "QSTASH_LISTS_WRITABLE"
+            "=1) to take QStash's writes of URL groups and queues"
+            if method in takes
+            else "method not allowed: "
+            "this path answers %s"
+            % ", ".join(list(takes) + ["HEAD"] * ("GET" in takes))
+            + (
+                " (%s: writes, taken once the server is started with --writable, or "
+                "QSTASH_LISTS_WRITABLE=1)" % writes
+                if writes
+                else ""
+            )
+        )
         super().__init__(message, [("Allow", ", ".join(allowed))])
 
 
 class Unauthorized(HTTPError):
-    """No credential, or a bad one: one answer for all, the reason in the log only (RFC 6750, 3.1)."""
+    """No credential, or a bad one: one answer for all, the reason logged only (RFC 6750, 3.1)."""
 
     status = HTTPStatus.UNAUTHORIZED
-    message = ("unauthorized: send your QStash token as 'Authorization: Bearer <token>' "
-               "or as the qstash_token query parameter")
+    message = (
+        "unauthorized: send your QStash token as 'Authorization: Bearer <token>' "
+        "or as the qstash_token query parameter"
+    )
 
     def __init__(self, why: str) -> None:
-        challenge = 'Bearer realm="qstash"' + ('' if why == "no credential" else ', error="invalid_token"')
+        challenge = 'Bearer realm="qstash"' + (
+            "" if why == "no credential" else ', error="invalid_token"'
+        )
         super().__init__(None, [("WWW-Authenticate", challenge)], why)
 
 
 def _no_such(noun: str, name: str) -> NotFound:
     shown = name if len(name) <= SHOWN_NAME else name[:SHOWN_NAME] + "..."
-    return NotFound("not found: no %s named %s" % (noun, json.dumps(shown)), why="no such %s" % noun)
+    return NotFound(
+        "not found: no %s named %s" % (noun, json.dumps(shown)), why="no such %s" % noun
+    )
 
 
-def _json_answer(status: HTTPStatus, document: Any, headers: Sequence[Tuple[str, str]] = (),
-                 why: Optional[str] = None) -> Answer:
-    """An answer of its own (an error, a write, the health check): compact JSON that no cache keeps."""
+def _json_answer(
+    status: HTTPStatus,
+    document: Any,
+    headers: Sequence[Tuple[str, str]] = (),
+    why: Optional[str] = None,
+) -> Answer:
+    """An answer of its own (an error, a write, the health check): compact JSON, never cached."""
     body = store.encode(document)
-    return "%d %s" % (status, status.phrase), [("Content-Type", "application/json"), ("Content-Length", str(len(
-        body))), ("Cache-Control", NO_STORE), ("X-Content-Type-Options", "nosniff")] + list(headers), body, why
+    return (
+        "%d %s" % (status, status.phrase),
+        [
+            ("Content-Type", "application/json"),
+            ("Content-Length", str(len(body))),
+            ("Cache-Control", NO_STORE),
+            ("X-Content-Type-Options", "nosniff"),
+        ]
+        + list(headers),
+        body,
+        why,
+    )
 
 
 # ---- Response bodies: encoded once per loaded data file ------------------------------------------
 class Body:
-    """One response body and the headers of its 200 and 304 answers, built once; its ETag a digest of the bytes; its
-    gzip twin made on first demand.  ``cache``: PRIVATE for one account's lists, NO_STORE for signing keys."""
+    """One response body and the headers of its 200 and 304 answers, built once; its ETag a digest
+    of the bytes; its gzip twin made on first demand.  ``cache``: PRIVATE for one account's
+    lists, NO_STORE for signing keys."""
 
     __slots__ = ("data", "etag", "compressible", "not_modified", "headers", "_gzip")
 
-    def __init__(self, data: bytes, cache: str, etag: str = "", encoding: Optional[str] = None) -> None:
-        self.data, self.etag = data, etag or '"%s"' % hashlib.blake2b(data, digest_size=16).hexdigest()
+    def __init__(
+        self, data: bytes, cache: str, etag: str = "", encoding: Optional[str] = None
+    ) -> None:
+        self.data, self.etag = (
+            data,
+            etag or '"%s"' % hashlib.blake2b(data, digest_size=16).hexdigest(),
+        )
         self.compressible = encoding is None and len(data) >= GZIP_MIN
-        # A 304 repeats these of the 200 (RFC 9110, 15.4.5); Vary: the body depends on Accept-Encoding (12.5.5).
-        self.not_modified = [("ETag", self.etag), ("Cache-Control", cache), ("X-Content-Type-Options", "nosniff")] + [
-            ("Vary", "Accept-Encoding")] * (self.compressible or encoding is not None)
-        self.headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))] + \
-            self.not_modified + [("Content-Encoding", encoding or "")] * (encoding is not None)
+        # A 304 repeats these of the 200 (RFC 9110, 15.4.5); Vary: the body depends on
+        # Accept-Encoding (12.5.5).
+        self.not_modified = [
+            ("ETag", self.etag),
+            ("Cache-Control", cache),
+            ("X-Content-Type-Options", "nosniff"),
+        ] + [("Vary", "Accept-Encoding")] * (self.compressible or encoding is not None)
+        self.headers = (
+            [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
+            + self.not_modified
+            + [("Content-Encoding", encoding or "")] * (encoding is not None)
+        )
         self._gzip: Optional[Body] = None
 
     def gzipped(self) -> Body:
         """Return the gzip twin of this body, compressing on first use."""
         if self._gzip is None:  # two threads may both compress it: the same bytes, and one is kept
-            self._gzip = Body(gzip.compress(self.data, compresslevel=6, mtime=0), self.not_modified[1][1],
-                              self.etag[:-1] + '-gzip"', "gzip")
+            self._gzip = Body(
+                gzip.compress(self.data, compresslevel=6, mtime=0),
+                self.not_modified[1][1],
+                self.etag[:-1] + '-gzip"',
+                "gzip",
+            )
         return self._gzip
 
 
 def body(account: store.Account, path: str, name: Optional[str]) -> Optional[Body]:
-    """The body of the collection ``path`` or its item ``name`` (None: no signing keys; else NotFound), made when
-    first asked for and kept in the account (a write makes a new one)."""
+    """The body of the collection ``path`` or its item ``name`` (None: no signing keys; else
+    NotFound), made when first asked for and kept in the account (a write makes a new one)."""
     key, (field, noun) = (path, name), FIELDS[path]
     if key in account.cache:
         return typing.cast(Optional[Body], account.cache[key])
-    if field == "signing_keys":  # the dev token's account gets the published dev keys, unless it has its own
-        keys = account.signing_keys or (DEV_SIGNING_KEYS if account.token_sha256 == _DEV_DIGEST else None)
-        found = None if keys is None else Body(store.encode({"current": keys[0], "next": keys[1]}), NO_STORE)
+    if (
+        field == "signing_keys"
+    ):  # the dev token's account gets the published dev keys, unless it has its own
+        keys = account.signing_keys or (
+            DEV_SIGNING_KEYS if account.token_sha256 == _DEV_DIGEST else None
+        )
+        found = (
+            None
+            if keys is None
+            else Body(store.encode({"current": keys[0], "next": keys[1]}), NO_STORE)
+        )
     elif name is None:
         found = Body(store.array(getattr(account, field)), PRIVATE)
     else:
@@ -217,12 +336,15 @@ def body(account: store.Account, path: str, name: Optional[str]) -> Optional[Bod
         if item is None:
             raise _no_such(noun, name)
         found = Body(item.raw, PRIVATE)
-    return typing.cast(Optional[Body], account.cache.setdefault(key, found))  # two threads may both make it
+    return typing.cast(
+        Optional[Body], account.cache.setdefault(key, found)
+    )  # two threads may both make it
 
 
 # ---- Requests: the route, the credential, a write's body -----------------------------------------
 def _route(path_info: str) -> Tuple[str, Optional[str]]:
-    """Return the route of ``path_info`` (a trailing slash dropped) and the item's name in it; raise NotFound."""
+    """Return the route of ``path_info`` (a trailing slash dropped) and the item's name in it; raise
+    NotFound."""
     path = path_info[:-1] if path_info.endswith("/") else path_info
     if path in ROUTES:
         return path, None
@@ -236,7 +358,8 @@ def _route(path_info: str) -> Tuple[str, Optional[str]]:
 
 
 def _credential(environ: WSGIEnvironment) -> bytes:
-    """Return the request's one token (Authorization, qstash_token fields: all the same), or raise Unauthorized."""
+    """Return the request's one token (Authorization, qstash_token fields: all the same), or raise
+    Unauthorized."""
     query, header = environ.get("QUERY_STRING"), environ.get("HTTP_AUTHORIZATION")
     tokens = _query_tokens(query) if query and "qstash_token" in query else set()
     if header is not None:
@@ -255,10 +378,14 @@ def _credential(environ: WSGIEnvironment) -> bytes:
 
 
 def _query_tokens(query: str) -> set[bytes]:
-    """Return the distinct decoded values of the query's qstash_token fields (b"" for an empty one), cutting the
-    query at each ``&qstash_token``: a thousand other fields cost little.  Past MAX_QUERY_TOKENS: refused."""
-    spellings = {rest.partition("&")[0] for rest in ("&" + query).split("&qstash_token")[1:]
-                 if not rest or rest[0] in "=&"}  # the whole name, not qstash_tokens=
+    """Return the distinct decoded values of the query's qstash_token fields (b"" for an empty one),
+    cutting the query at each ``&qstash_token``: a thousand other fields cost little.  Past
+    MAX_QUERY_TOKENS: refused."""
+    spellings = {
+        rest.partition("&")[0]
+        for rest in ("&" + query).split("&qstash_token")[1:]
+        if not rest or rest[0] in "=&"
+    }  # the whole name, not qstash_tokens=
     if len(spellings) > MAX_QUERY_TOKENS:
         raise Unauthorized("malformed")
     # Decoded as HTML forms write them: "+" is a space, then percent-escapes.
@@ -266,15 +393,19 @@ def _query_tokens(query: str) -> set[bytes]:
 
 
 def _latin1(text: str) -> bytes:
-    """Return the bytes behind a PEP 3333 native string (other characters, from a server that breaks it, kept)."""
+    """Return the bytes behind a PEP 3333 native string (other characters, from a server that breaks
+    it, kept)."""
     return text.encode("latin-1", "backslashreplace")
 
 
 def _accepts_gzip(header: str) -> bool:
-    """Tell whether an Accept-Encoding value admits gzip (RFC 9110, 12.5.3: q=0 refuses; gzip beats *)."""
+    """Tell whether an Accept-Encoding value admits gzip (RFC 9110, 12.5.3: q=0 refuses; gzip beats
+    *)."""
     weights: Dict[str, str] = {}
     for item in header.lower().replace(" ", "").replace("\t", "").split(","):
-        weights.setdefault(item.partition(";")[0], item.partition(";q=")[2].partition(";")[0] or "1")
+        weights.setdefault(
+            item.partition(";")[0], item.partition(";q=")[2].partition(";")[0] or "1"
+        )
     q = weights.get("gzip", weights.get("x-gzip", weights.get("*", "0")))
     try:
         return float(q) > 0
@@ -289,17 +420,22 @@ def _matches(header: str, etag: str) -> bool:
 
 
 def _body(environ: WSGIEnvironment) -> Dict[str, Any]:
-    """Return a write's JSON object (its Content-Type is not asked: neither SDK needs one); raise BadRequest."""
+    """Return a write's JSON object (its Content-Type is not asked: neither SDK needs one); raise
+    BadRequest."""
     length = environ.get("CONTENT_LENGTH") or "0"
     if not (length.isascii() and length.isdigit()) or len(length) > 9:
         raise BadRequest("bad request: a Content-Length of a whole number of bytes is needed")
     if int(length) > MAX_BODY:
-        raise HTTPError("payload too large: a write's body is at most %d bytes" % MAX_BODY,
-                        status=HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
+        raise HTTPError(
+            "payload too large: a write's body is at most %d bytes" % MAX_BODY,
+            status=HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+        )
     raw = environ["wsgi.input"].read(int(length)) if int(length) else b""
     try:
         body = json.loads(raw, object_pairs_hook=store.unique_keys)
-    except store.DataError as exc:  # a key given twice: which one the SDK user meant is anyone's guess
+    except (
+        store.DataError
+    ) as exc:  # a key given twice: which one the SDK user meant is anyone's guess
         raise BadRequest("bad request: %s" % exc) from None
     except (ValueError, RecursionError):
         raise BadRequest("bad request: the body is not UTF-8 JSON") from None
@@ -309,48 +445,84 @@ def _body(environ: WSGIEnvironment) -> Dict[str, Any]:
 
 
 def _field(body: Dict[str, Any], key: str, good: Callable[[Any], bool], expected: str) -> Any:
-    """Return ``body[key]`` if it is ``good``, else raise BadRequest naming the field and what it takes."""
+    """Return ``body[key]`` if it is ``good``, else raise BadRequest naming the field and what it
+    takes."""
     value = body.get(key)
     if good(value):
         return value
     shown = json.dumps(value, ensure_ascii=False)  # as written; NaN as NaN
-    got = (shown if shown.isprintable() else json.dumps(value))[:60] if key in body else "nothing"  # a lone surrogate
+    got = (
+        (shown if shown.isprintable() else json.dumps(value))[:60] if key in body else "nothing"
+    )  # a lone surrogate
     raise BadRequest("bad request: %s: expected %s, got %s" % (key, expected, got))
 
 
 def _endpoints(body: Dict[str, Any], adding: bool) -> List[Any]:
-    """The ``endpoints`` of a write: each with a url (an http or https URL) to add, a url or a name to remove."""
-    found = _field(body, "endpoints", lambda v: type(v) is list and v != [], "a non-empty array of endpoints")
+    """The ``endpoints`` of a write: each with a url (an http or https URL) to add, a url or a name
+    to remove."""
+    found = _field(
+        body, "endpoints", lambda v: type(v) is list and v != [], "a non-empty array of endpoints"
+    )
     endpoints: List[Any] = []
     for i, value in enumerate(found):
-        given = {key: value[key] for key in ("name", "url") if value.get(key) not in (None, "")} \
-            if type(value) is dict else {}
-        expected = "an object with an absolute http or https url" + ("" if adding else ", or a name")
-        if (adding and "url" not in given) or not given or not all(
-                (store.is_http_url if key == "url" else store.is_text)(v) for key, v in given.items()):
-            raise BadRequest("bad request: endpoints[%d]: expected %s, and a printable name if any" % (i, expected))
+        given = (
+            {key: value[key] for key in ("name", "url") if value.get(key) not in (None, "")}
+            if type(value) is dict
+            else {}
+        )
+        expected = "an object with an absolute http or https url" + (
+            "" if adding else ", or a name"
+        )
+        if (
+            (adding and "url" not in given)
+            or not given
+            or not all(
+                (store.is_http_url if key == "url" else store.is_text)(v)
+                for key, v in given.items()
+            )
+        ):
+            raise BadRequest(
+                "bad request: endpoints[%d]: expected %s, and a printable name if any"
+                % (i, expected)
+            )
         endpoints.append(store.Endpoint(given.get("name"), given["url"]) if adding else given)
     return endpoints
 
 
 def _host_is_local(host: Optional[str], allowed: Iterable[str]) -> bool:
-    """Tell whether a Host header names this machine as no DNS name can be made to (DNS rebinding): an IP address,
-    localhost or a name under it (RFC 6761), or a name the operator allows; no Host (HTTP/1.0) is no browser's."""
+    """Tell whether a Host header names this machine as no DNS name can be made to (DNS rebinding):
+    an IP address, localhost or a name under it (RFC 6761), or a name the operator allows; no
+    Host (HTTP/1.0) is no browser's."""
     name = (host or "localhost").lower()
-    name = name[1:name.find("]")] if name.startswith("[") else name.partition(":")[0]
+    name = name[1 : name.find("]")] if name.startswith("[") else name.partition(":")[0]
     try:
-        return name == "localhost" or name.endswith(".localhost") or name in allowed or bool(ipaddress.ip_address(name))
+        return (
+            name == "localhost"
+            or name.endswith(".localhost")
+            or name in allowed
+            or bool(ipaddress.ip_address(name))
+        )
     except ValueError:
         return False
 
 
 # ---- The WSGI app --------------------------------------------------------------------------------
-def respond(environ: WSGIEnvironment, source: store.DataFile, allowed_hosts: Iterable[str] = ()) -> Answer:
-    """Answer one request: a web page's refused; the route, the method, the health check; name, auth, body or change."""
-    if environ.get("HTTP_ORIGIN") is not None or environ.get("HTTP_SEC_FETCH_SITE") in ("cross-site", "same-site"):
-        raise HTTPError("forbidden: this server takes no request from a web page (it has no CORS): any site could "
-                        "otherwise read and change your lists; call it from your code, an SDK or curl",
-                        why="from a web page", status=HTTPStatus.FORBIDDEN)
+def respond(
+    environ: WSGIEnvironment, source: store.DataFile, allowed_hosts: Iterable[str] = ()
+) -> Answer:
+    """Answer one request: a web page's refused; the route, the method, the health check; name,
+    auth, body or change."""
+    if environ.get("HTTP_ORIGIN") is not None or environ.get("HTTP_SEC_FETCH_SITE") in (
+        "cross-site",
+        "same-site",
+    ):
+        raise HTTPError(
+            "forbidden: this server takes no request from a web page (it has no CORS): any site "
+            "could "
+            "otherwise read and change your lists; call it from your code, an SDK or curl",
+            why="from a web page",
+            status=HTTPStatus.FORBIDDEN,
+        )
     route, name = _route(environ.get("PATH_INFO", ""))
     method, allowed = environ.get("REQUEST_METHOD", ""), _ALLOWED[route, source.writable]
     if method not in allowed:
@@ -358,27 +530,52 @@ def respond(environ: WSGIEnvironment, source: store.DataFile, allowed_hosts: Ite
     if route == HEALTH_PATH:
         return health(source.status())
     collection = route.split("/{")[0] if name is not None else route
-    # A queue's name outside QStash's rule is a 400, as QStash's; a URL group's is one that is not there (a 404).
-    if name is not None and not store.is_name(name) and (collection == "/v2/queues" or method == "POST"):
-        raise BadRequest("bad request: a %s's name has %s" % (FIELDS[collection][1], store.NAME_RULE))
+    # A queue's name outside QStash's rule is a 400, as QStash's; a URL group's is one that is not
+    # there (a 404).
+    if (
+        name is not None
+        and not store.is_name(name)
+        and (collection == "/v2/queues" or method == "POST")
+    ):
+        raise BadRequest(
+            "bad request: a %s's name has %s" % (FIELDS[collection][1], store.NAME_RULE)
+        )
     token = _credential(environ)
     loaded = source.current(token)
     if loaded is None:
-        raise HTTPError(UNAVAILABLE, [("Retry-After", "1")], "no good data file yet", HTTPStatus.SERVICE_UNAVAILABLE)
+        raise HTTPError(
+            UNAVAILABLE,
+            [("Retry-After", "1")],
+            "no good data file yet",
+            HTTPStatus.SERVICE_UNAVAILABLE,
+        )
     account = loaded.find(token)
     if account is None:
         raise Unauthorized("unknown token")
-    if account.token_sha256 == _DEV_DIGEST and not _host_is_local(environ.get("HTTP_HOST"), allowed_hosts):
-        raise HTTPError("forbidden: the dev token is public, so it is taken only from a client that names this server "
-                        "by an IP address or localhost; to allow a name: --allowed-hosts NAME "
-                        "(QSTASH_LISTS_ALLOWED_HOSTS)", why="dev token, Host not local", status=HTTPStatus.FORBIDDEN)
+    if account.token_sha256 == _DEV_DIGEST and not _host_is_local(
+        environ.get("HTTP_HOST"), allowed_hosts
+    ):
+        raise HTTPError(
+            "forbidden: the dev token is public, so it is taken only from a client that names this "
+            "server "
+            "by an IP address or localhost; to allow a name: --allowed-hosts NAME "
+            "(QSTASH_LISTS_ALLOWED_HOSTS)",
+            why="dev token, Host not local",
+            status=HTTPStatus.FORBIDDEN,
+        )
     if method not in ("GET", "HEAD"):
         return write(environ, source, account, route, name)
     found = body(account, collection, name)
     if found is None:
-        raise NotFound("not found: the data file gives this account no signing keys (its signingKeys)",
-                       why="no signing keys")
-    if found.compressible and (accepted := environ.get("HTTP_ACCEPT_ENCODING")) and _accepts_gzip(accepted):
+        raise NotFound(
+            "not found: the data file gives this account no signing keys (its signingKeys)",
+            why="no signing keys",
+        )
+    if (
+        found.compressible
+        and (accepted := environ.get("HTTP_ACCEPT_ENCODING"))
+        and _accepts_gzip(accepted)
+    ):
         found = found.gzipped()
     # Fresh lists each time: some servers (wsgiref) add their own headers to ours.
     if (if_none_match := environ.get("HTTP_IF_NONE_MATCH")) and _matches(if_none_match, found.etag):
@@ -386,35 +583,78 @@ def respond(environ: WSGIEnvironment, source: store.DataFile, allowed_hosts: Ite
     return "200 OK", list(found.headers), found.data, None
 
 
-#: The methods each route answers, read-only or writable: with HEAD where it has GET (RFC 9110, 9.3.2).
-_ALLOWED = {(route, writable): tuple(m for m in methods if writable or m == "GET") + ("HEAD",) * ("GET" in methods)
-            for route, methods in ROUTES.items() for writable in (False, True)}
-#: What a write that was refused by the data file's state answers, by the kind of refusal (store's), most special first.
-_REFUSED = [(store.LimitReached, HTTPStatus.PRECONDITION_FAILED, None, "over a limit"),
-            (store.Conflict, HTTPStatus.CONFLICT, "conflict: the data file on the server was edited and does not load; "
-             "nothing was written; the server log names the fault", "file invalid"),
-            (store.TooLarge, HTTPStatus.INSUFFICIENT_STORAGE, "insufficient storage: the data file would be over the "
-             "server's --max-size, or this account over its share of it; nothing was written", "too large"),
-            (store.DataError, HTTPStatus.SERVICE_UNAVAILABLE, "service unavailable: the data file cannot be written "
-             "now; nothing was written; the server log says why", "not written")]
+# : The methods each route answers, read-only or writable: with HEAD where it has GET (RFC 9110,
+# 9.3.2).
+_ALLOWED = {
+    (route, writable): tuple(m for m in methods if writable or m == "GET")
+    + ("HEAD",) * ("GET" in methods)
+    for route, methods in ROUTES.items()
+    for writable in (False, True)
+}
+# : What a write that was refused by the data file's state answers, by the kind of refusal
+# (store's), most special first.
+_REFUSED = [
+    (store.LimitReached, HTTPStatus.PRECONDITION_FAILED, None, "over a limit"),
+    (
+        store.Conflict,
+        HTTPStatus.CONFLICT,
+        "conflict: the data file on the server was edited and does not load; "
+        "nothing was written; the server log names the fault",
+        "file invalid",
+    ),
+    (
+        store.TooLarge,
+        HTTPStatus.INSUFFICIENT_STORAGE,
+        "insufficient storage: the data file would be over the "
+        "server's --max-size, or this account over its share of it; nothing was written",
+        "too large",
+    ),
+    (
+        store.DataError,
+        HTTPStatus.SERVICE_UNAVAILABLE,
+        "service unavailable: the data file cannot be written "
+        "now; nothing was written; the server log says why",
+        "not written",
+    ),
+]
 
 
-def write(environ: WSGIEnvironment, source: store.DataFile, account: store.Account, route: str,
-          name: Optional[str]) -> Answer:
-    """Make one of QStash's writes to the token's account in the data file; answer the item as it is now."""
+def write(
+    environ: WSGIEnvironment,
+    source: store.DataFile,
+    account: store.Account,
+    route: str,
+    name: Optional[str],
+) -> Answer:
+    """Make one of QStash's writes to the token's account in the data file; answer the item as it is
+    now."""
     method, (field, noun) = environ.get("REQUEST_METHOD"), FIELDS[route.split("/{")[0]]
     longest = source.limits.name
     change: Tuple[Any, ...]  # a change in store, and what it takes after the item and the time
     if route == "/v2/queues":
         body = _body(environ)
-        name = _field(body, "queueName", lambda v: store.is_name(v) and len(v) <= longest, "a name of %s, at most "
-                      "%d characters (--max-name)" % (store.NAME_RULE, longest))
-        change = (store.upsert_queue, name, _field(body, "parallelism", lambda v: v is None or (
-            store.is_whole(v) and v >= 1), "a whole number from 1 to 2**53 - 1 (1 if left out)"),
-                  _field(body, "paused", lambda v: v is None or type(v) is bool, "true or false"))
+        name = _field(
+            body,
+            "queueName",
+            lambda v: store.is_name(v) and len(v) <= longest,
+            "a name of %s, at most %d characters (--max-name)" % (store.NAME_RULE, longest),
+        )
+        change = (
+            store.upsert_queue,
+            name,
+            _field(
+                body,
+                "parallelism",
+                lambda v: v is None or (store.is_whole(v) and v >= 1),
+                "a whole number from 1 to 2**53 - 1 (1 if left out)",
+            ),
+            _field(body, "paused", lambda v: v is None or type(v) is bool, "true or false"),
+        )
     elif route.endswith("/endpoints") and method == "POST":
         if len(name or "") > longest:
-            raise BadRequest("bad request: a URL group's name is at most %d characters (--max-name)" % longest)
+            raise BadRequest(
+                "bad request: a URL group's name is at most %d characters (--max-name)" % longest
+            )
         change = (store.add_endpoints, name, _endpoints(_body(environ), True))
     elif route.endswith("/endpoints"):
         change = (store.remove_endpoints, _endpoints(_body(environ), False))
@@ -427,33 +667,47 @@ def write(environ: WSGIEnvironment, source: store.DataFile, account: store.Accou
     except LookupError:
         raise Unauthorized("account gone") from None
     except store.DataError as exc:
-        kind, status, message, why = next(refusal for refusal in _REFUSED if isinstance(exc, refusal[0]))
+        kind, status, message, why = next(
+            refusal for refusal in _REFUSED if isinstance(exc, refusal[0])
+        )
         if message is not None:  # the fault names the file: for the log
             logger.error("%s; nothing was written", exc.faults[0] if exc.faults else exc)
         retry = [("Retry-After", "1")] * (status == HTTPStatus.SERVICE_UNAVAILABLE)
-        raise HTTPError(message or "precondition failed: %s; nothing was written" % exc, retry, why, status) from None
+        raise HTTPError(
+            message or "precondition failed: %s; nothing was written" % exc, retry, why, status
+        ) from None
     if did == "no such " + noun:
         raise _no_such(noun, name or "")
-    fresh = typing.cast(store.Store, source.current()).by_digest.get(account.token_sha256)  # this write's, or later
+    fresh = typing.cast(store.Store, source.current()).by_digest.get(
+        account.token_sha256
+    )  # this write's, or later
     return _json_answer(HTTPStatus.OK, fresh and name and fresh.item(field, name) or {}, why=did)
 
 
 def health(status: store.Status) -> Answer:
-    """Answer the health check: 200 while a good version is served, else 503; its SHA-256, since when, and since when
-    the file on disk differs (``stale``)."""
+    """Answer the health check: 200 while a good version is served, else 503; its SHA-256, since
+    when, and since when the file on disk differs (``stale``)."""
     ready = status.version is not None
-    document = {"status": "ok" if ready else "unavailable", "version": status.version,
-                "loadedAt": None if status.loaded_at is None else _utc(status.loaded_at),
-                "stale": status.failed_at is not None,
-                "failedAt": None if status.failed_at is None else _utc(status.failed_at)}
-    return _json_answer(HTTPStatus.OK, document) if ready else _json_answer(
-        HTTPStatus.SERVICE_UNAVAILABLE, document, [("Retry-After", "1")])
+    document = {
+        "status": "ok" if ready else "unavailable",
+        "version": status.version,
+        "loadedAt": None if status.loaded_at is None else _utc(status.loaded_at),
+        "stale": status.failed_at is not None,
+        "failedAt": None if status.failed_at is None else _utc(status.failed_at),
+    }
+    return (
+        _json_answer(HTTPStatus.OK, document)
+        if ready
+        else _json_answer(HTTPStatus.SERVICE_UNAVAILABLE, document, [("Retry-After", "1")])
+    )
 
 
-def create_app(source: store.DataFile, access_log: bool | AccessLog = True,
-               allowed_hosts: Iterable[str] = ()) -> WSGIApplication:
-    """Return the WSGI callable that serves (and, if writable, writes) ``source``.  ``access_log``: True logs each
-    request to the ``qstash_lists.access`` logger, an AccessLog in batches, False not; allowed_hosts: see SETTINGS."""
+def create_app(
+    source: store.DataFile, access_log: bool | AccessLog = True, allowed_hosts: Iterable[str] = ()
+) -> WSGIApplication:
+    """Return the WSGI callable that serves (and, if writable, writes) ``source``.  ``access_log``:
+    True logs each request to the ``qstash_lists.access`` logger, an AccessLog in batches, False
+    not; allowed_hosts: see SETTINGS."""
     allowed_hosts = frozenset(host.lower() for host in allowed_hosts)
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
@@ -469,21 +723,32 @@ def create_app(source: store.DataFile, access_log: bool | AccessLog = True,
             exc_info = sys.exc_info()
         start_response(status, headers, exc_info)
         if environ.get("REQUEST_METHOD") == "HEAD":
-            data = b""  # the same headers as GET, errors included, and never a body (RFC 9110, 9.3.2)
+            data = (
+                b""  # the same headers as GET, errors included, and never a body (RFC 9110, 9.3.2)
+            )
         if access_log:
             ms = (time.perf_counter() - started) * 1000
             noted = (status[:3], len(data), ms, "" if why is None else " (%s)" % why)
             if access_log is not True:
                 access_log.note(time.time(), environ, *noted)
-            elif access_logger.isEnabledFor(logging.INFO):  # else the request line would be made for nothing
-                access_logger.info('%s "%s" %s %d %.2fms%s', environ.get("REMOTE_ADDR", "-"), _request_line(environ),
-                                   *noted)
+            elif access_logger.isEnabledFor(
+                logging.INFO
+            ):  # else the request line would be made for nothing
+                access_logger.info(
+                    '%s "%s" %s %d %.2fms%s',
+                    environ.get("REMOTE_ADDR", "-"),
+                    _request_line(environ),
+                    *noted,
+                )
         if not data:
             return []
         file_wrapper = environ.get("wsgi.file_wrapper")
-        if file_wrapper is None or not str(getattr(file_wrapper, "__module__", "")).startswith(BY_REFERENCE):
+        if file_wrapper is None or not str(getattr(file_wrapper, "__module__", "")).startswith(
+            BY_REFERENCE
+        ):
             return [data]
-        # By reference: what waits for a slow reader is the snapshot's bytes (BytesIO shares them), not a copy.
+        # By reference: what waits for a slow reader is the snapshot's bytes (BytesIO shares them),
+        # not a copy.
         return file_wrapper(io.BytesIO(data))  # type: ignore[no-any-return]
 
     return app
@@ -491,14 +756,16 @@ def create_app(source: store.DataFile, access_log: bool | AccessLog = True,
 
 # ---- The access log ------------------------------------------------------------------------------
 class AccessLog(logging.Handler):
-    """The command line's log handler: a request or record notes its line, and a thread writes them in batches (far
-    cheaper than a logging call a request); a stream that does not keep up holds back nothing: past
-    ACCESS_LOG_BACKLOG, lines are dropped and counted."""
+    """The command line's log handler: a request or record notes its line, and a thread writes them
+    in batches (far cheaper than a logging call a request); a stream that does not keep up holds
+    back nothing: past ACCESS_LOG_BACKLOG, lines are dropped and counted."""
 
     def __init__(self, stream: Any) -> None:
         self._stream, self._dropped, self._stopping = stream, 0, threading.Event()
         self._entries: collections.deque[Tuple[Any, ...]] = collections.deque()
-        self._thread = threading.Thread(target=self._run, name="qstash-lists access log", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="qstash-lists access log", daemon=True
+        )
         self._thread.start()
         super().__init__()  # last: logging closes a handler at exit, which needs the thread
 
@@ -507,7 +774,8 @@ class AccessLog(logging.Handler):
         self.note(self.format(record) + "\n")
 
     def note(self, *entry: Any) -> None:
-        """Note a request (time, environ, status, body size, milliseconds, why) or a line (a deque is thread-safe)."""
+        """Note a request (time, environ, status, body size, milliseconds, why) or a line (a deque
+        is thread-safe)."""
         if len(self._entries) < ACCESS_LOG_BACKLOG:
             self._entries.append(entry)
         else:
@@ -526,7 +794,9 @@ class AccessLog(logging.Handler):
 
     def _write(self) -> None:
         lines: List[str] = []
-        seconds: Dict[int, str] = {}  # a batch's lines share their seconds, and mostly their requests (measured)
+        seconds: Dict[
+            int, str
+        ] = {}  # a batch's lines share their seconds, and mostly their requests (measured)
         requests: Dict[Tuple[Any, ...], str] = {}
         while self._entries:
             entry = self._entries.popleft()
@@ -534,31 +804,50 @@ class AccessLog(logging.Handler):
                 lines.append(entry[0])
                 continue
             created, environ, status, size, ms, why = entry
-            second = seconds.get(int(created)) or seconds.setdefault(int(created), _utc(int(created))[:-5])
-            asked = tuple(environ.get(key) for key in ("REMOTE_ADDR", "REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO",
-                                                       "QUERY_STRING"))
+            second = seconds.get(int(created)) or seconds.setdefault(
+                int(created), _utc(int(created))[:-5]
+            )
+            asked = tuple(
+                environ.get(key)
+                for key in (
+                    "REMOTE_ADDR",
+                    "REQUEST_METHOD",
+                    "SCRIPT_NAME",
+                    "PATH_INFO",
+                    "QUERY_STRING",
+                )
+            )
             request = requests.get(asked) or requests.setdefault(asked, _request_line(environ))
-            lines.append('%s.%03dZ %s "%s" %s %d %.2fms%s\n' % (second, int(created % 1 * 1000), asked[0] or "-",
-                                                                request, status, size, ms, why))
+            lines.append(
+                '%s.%03dZ %s "%s" %s %d %.2fms%s\n'
+                % (second, int(created % 1 * 1000), asked[0] or "-", request, status, size, ms, why)
+            )
         if self._dropped:
             dropped, self._dropped = self._dropped, 0
-            lines.append("%s %d access log lines dropped: the stream did not keep up\n" % (_utc(time.time()), dropped))
+            lines.append(
+                "%s %d access log lines dropped: the stream did not keep up\n"
+                % (_utc(time.time()), dropped)
+            )
         if lines:
-            try:  # to the descriptor: a write that blocks holds no lock that the interpreter's exit needs
+            # to the descriptor: a write that blocks holds no lock that the interpreter's exit needs
+            try:
                 os.write(self._stream.fileno(), "".join(lines).encode())
             except (AttributeError, io.UnsupportedOperation):
                 self._stream.write("".join(lines))
 
 
 def _request_line(environ: WSGIEnvironment) -> str:
-    """Return 'METHOD /path?query' for the log: printable, short, no query value (any may be a token)."""
+    """Return 'METHOD /path?query' for the log: printable, short, no query value (any may be a
+    token)."""
     path = _printable((environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", ""))[:1000])
     line = "%s %s" % (_printable(environ.get("REQUEST_METHOD", "")), path)
     query = environ.get("QUERY_STRING", "")
     if query:
         fields = query.split("&", LOGGED_QUERY_FIELDS)
-        shown = [name + "=[redacted]" if equals and _PARAMETER_NAME.fullmatch(name) else "[redacted]"
-                 for name, equals, _ in (field.partition("=") for field in fields[:LOGGED_QUERY_FIELDS])]
+        shown = [
+            name + "=[redacted]" if equals and _PARAMETER_NAME.fullmatch(name) else "[redacted]"
+            for name, equals, _ in (field.partition("=") for field in fields[:LOGGED_QUERY_FIELDS])
+        ]
         if len(fields) > LOGGED_QUERY_FIELDS:
             shown.append("[%d more]" % (fields[-1].count("&") + 1))
         line += "?" + "&".join(shown)
@@ -569,19 +858,31 @@ _PARAMETER_NAME = re.compile(r"[A-Za-z0-9_.%-]{1,24}")  # longer may be a token 
 
 
 def _printable(text: str) -> str:
-    """Percent-encode all but printable ASCII, so a log line stays one line (a decoded "%" is escaped too)."""
+    """Percent-encode all but printable ASCII, so a log line stays one line (a decoded "%" is
+    escaped too)."""
     return quote(_latin1(text), safe="/!$&'()*+,;=:@-._~[]")
 
 
 # ---- Settings and make_app -----------------------------------------------------------------------
 #: A setting's option and environment variable (either may be None), default, parser and help.
-Setting = NamedTuple("Setting", [("option", Optional[str]), ("env", Optional[str]), ("default", Optional[str]),
-                                 ("parse", Callable[[str], Any]), ("help", str)])
+Setting = NamedTuple(
+    "Setting",
+    [
+        ("option", Optional[str]),
+        ("env", Optional[str]),
+        ("default", Optional[str]),
+        ("parse", Callable[[str], Any]),
+        ("help", str),
+    ],
+)
 
 
 def _token(text: str) -> str:
-    problem = "drop the word 'Bearer': the variable holds the token alone" if text.startswith("Bearer ") else \
-        store.check_token(text)
+    problem = (
+        "drop the word 'Bearer': the variable holds the token alone"
+        if text.startswith("Bearer ")
+        else store.check_token(text)
+    )
     if problem is not None:
         raise ValueError(problem)
     return text
@@ -589,7 +890,10 @@ def _token(text: str) -> str:
 
 def _whole(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        if not (text.isascii() and text.isdigit() and len(text) <= len(str(high))) or not low <= int(text) <= high:
+        if (
+            not (text.isascii() and text.isdigit() and len(text) <= len(str(high)))
+            or not low <= int(text) <= high
+        ):
             raise ValueError("expected a whole number from %d to %d" % (low, high))
         return int(text)
 
@@ -598,9 +902,14 @@ def _whole(low: int, high: int) -> Callable[[str], int]:
 
 def _size(text: str) -> int:
     digits, unit = (text[:-1], text[-1].upper()) if text[-1:].isalpha() else (text, "")
-    if unit not in ("", "K", "M", "G") or not (digits.isascii() and digits.isdigit() and len(digits) <= 10) \
-            or not 1 <= int(digits) << {"": 0, "K": 10, "M": 20, "G": 30}[unit] <= 1 << 32:
-        raise ValueError("expected a size in bytes from 1 to 4G, such as 64M (K, M or G may follow the number)")
+    if (
+        unit not in ("", "K", "M", "G")
+        or not (digits.isascii() and digits.isdigit() and len(digits) <= 10)
+        or not 1 <= int(digits) << {"": 0, "K": 10, "M": 20, "G": 30}[unit] <= 1 << 32
+    ):
+        raise ValueError(
+            "expected a size in bytes from 1 to 4G, such as 64M (K, M or G may follow the number)"
+        )
     return int(digits) << {"": 0, "K": 10, "M": 20, "G": 30}[unit]
 
 
@@ -611,7 +920,11 @@ def _http_url(text: str) -> str:
 
 
 def _seconds(text: str) -> float:
-    value = float(text) if text.isascii() and text.replace(".", "", 1).isdigit() and len(text) < 20 else 0.0
+    value = (
+        float(text)
+        if text.isascii() and text.replace(".", "", 1).isdigit() and len(text) < 20
+        else 0.0
+    )
     if not 0.01 <= value <= 3600:
         raise ValueError("expected a number of seconds from 0.01 to 3600")
     return value
@@ -619,8 +932,12 @@ def _seconds(text: str) -> float:
 
 def _hosts(text: str) -> Tuple[str, ...]:
     names = tuple(name.strip().lower() for name in text.split(","))
-    if not all(names) or not all(name.isascii() and name.isprintable() and " " not in name for name in names):
-        raise ValueError("expected host names separated by commas, such as qstash.internal,dev.example")
+    if not all(names) or not all(
+        name.isascii() and name.isprintable() and " " not in name for name in names
+    ):
+        raise ValueError(
+            "expected host names separated by commas, such as qstash.internal,dev.example"
+        )
     return names
 
 
@@ -630,27 +947,80 @@ def _switch(text: str) -> bool:
     return text.lower() in ("1", "true", "yes", "on")
 
 
-#: Every setting, read in one place (read_settings): the command line wins over the environment, then the default.
+# : Every setting, read in one place (read_settings): the command line wins over the environment,
+# then the default.
 SETTINGS: Dict[str, Setting] = {
     "data": Setting("--data", "QSTASH_LISTS_DATA", "data.json", str, "the data file"),
-    "token": Setting(None, "QSTASH_TOKEN", None, _token, "a one-account file's token (unset: the dev token, loopback)"),
-    "writable": Setting(None, "QSTASH_LISTS_WRITABLE", "0", _switch, "1: take QStash's writes, saved to the file"),
-    "max_size": Setting("--max-size", "QSTASH_LISTS_MAX_SIZE", "64M", _size, "the largest data file (64M, 2G, ...)"),
-    "interval": Setting("--interval", "QSTASH_LISTS_INTERVAL", "1", _seconds, "seconds between looks at the data file"),
-    "stop_timeout": Setting("--stop-timeout", "QSTASH_LISTS_STOP_TIMEOUT", "10", _seconds,
-                            "seconds the answers in flight may take to finish after SIGTERM or Ctrl-C"),
-    "upstream": Setting("--upstream", "QSTASH_LISTS_UPSTREAM", "https://qstash.upstash.io", _http_url,
-                        "the QStash API that --record reads"),
-    "record_timeout": Setting("--record-timeout", "QSTASH_LISTS_RECORD_TIMEOUT", "30", _seconds,
-                              "seconds --record may take to fetch the account, in all"),
-    "max_items": Setting("--max-items", "QSTASH_LISTS_MAX_ITEMS", "1000", _whole(1, 10**9), "queues, and URL groups, "
-                         "that writes may make in an account (then 412)"),
-    "max_endpoints": Setting("--max-endpoints", "QSTASH_LISTS_MAX_ENDPOINTS", "1000", _whole(1, 10**9),
-                             "endpoints that writes may give a URL group (then 412)"),
-    "max_name": Setting("--max-name", "QSTASH_LISTS_MAX_NAME", "200", _whole(1, 1000), "the longest name a write may "
-                        "give (then 400)"),
-    "allowed_hosts": Setting("--allowed-hosts", "QSTASH_LISTS_ALLOWED_HOSTS", None, _hosts, "names, besides IP "
-                             "addresses and localhost, by which the dev token may reach it (comma-separated)"),
+    "token": Setting(
+        None,
+        "QSTASH_TOKEN",
+        None,
+        _token,
+        "a one-account file's token (unset: the dev token, loopback)",
+    ),
+    "writable": Setting(
+        None, "QSTASH_LISTS_WRITABLE", "0", _switch, "1: take QStash's writes, saved to the file"
+    ),
+    "max_size": Setting(
+        "--max-size", "QSTASH_LISTS_MAX_SIZE", "64M", _size, "the largest data file (64M, 2G, ...)"
+    ),
+    "interval": Setting(
+        "--interval",
+        "QSTASH_LISTS_INTERVAL",
+        "1",
+        _seconds,
+        "seconds between looks at the data file",
+    ),
+    "stop_timeout": Setting(
+        "--stop-timeout",
+        "QSTASH_LISTS_STOP_TIMEOUT",
+        "10",
+        _seconds,
+        "seconds the answers in flight may take to finish after SIGTERM or Ctrl-C",
+    ),
+    "upstream": Setting(
+        "--upstream",
+        "QSTASH_LISTS_UPSTREAM",
+        "https://qstash.upstash.io",
+        _http_url,
+        "the QStash API that --record reads",
+    ),
+    "record_timeout": Setting(
+        "--record-timeout",
+        "QSTASH_LISTS_RECORD_TIMEOUT",
+        "30",
+        _seconds,
+        "seconds --record may take to fetch the account, in all",
+    ),
+    "max_items": Setting(
+        "--max-items",
+        "QSTASH_LISTS_MAX_ITEMS",
+        "1000",
+        _whole(1, 10**9),
+        "queues, and URL groups, that writes may make in an account (then 412)",
+    ),
+    "max_endpoints": Setting(
+        "--max-endpoints",
+        "QSTASH_LISTS_MAX_ENDPOINTS",
+        "1000",
+        _whole(1, 10**9),
+        "endpoints that writes may give a URL group (then 412)",
+    ),
+    "max_name": Setting(
+        "--max-name",
+        "QSTASH_LISTS_MAX_NAME",
+        "200",
+        _whole(1, 1000),
+        "the longest name a write may give (then 400)",
+    ),
+    "allowed_hosts": Setting(
+        "--allowed-hosts",
+        "QSTASH_LISTS_ALLOWED_HOSTS",
+        None,
+        _hosts,
+        "names, besides IP "
+        "addresses and localhost, by which the dev token may reach it (comma-separated)",
+    ),
     "host": Setting("--host", None, "127.0.0.1", str, "address to listen on"),
     "port": Setting("--port", None, "8080", _whole(0, 65535), "port; 0 picks a free one"),
     "threads": Setting("--threads", None, "8", _whole(1, MAX_THREADS), "waitress worker threads"),
@@ -661,8 +1031,11 @@ class ConfigError(Exception):
     """A setting that cannot be used: one line that names it and says what it expects."""
 
 
-def read_settings(environ: Mapping[str, str], args: Optional[argparse.Namespace] = None) -> Dict[str, Any]:
-    """Return every setting (``args``: the command line's), or ConfigError naming the first bad one, not its value."""
+def read_settings(
+    environ: Mapping[str, str], args: Optional[argparse.Namespace] = None
+) -> Dict[str, Any]:
+    """Return every setting (``args``: the command line's), or ConfigError naming the first bad one,
+    not its value."""
     settings = {}
     for key, setting in SETTINGS.items():
         text, source = getattr(args, key, None), setting.option
@@ -678,17 +1051,22 @@ def read_settings(environ: Mapping[str, str], args: Optional[argparse.Namespace]
     return settings
 
 
-#: Load a data file and keep it fresh: ``open_data(path, token, interval, fallback=, max_size=, required=, writable=,
+# : Load a data file and keep it fresh: ``open_data(path, token, interval, fallback=, max_size=,
+# required=, writable=,
 #: limits=)`` (see store.DataFile and store.parse).
 open_data = store.DataFile
 
 
 def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
-    """The factory for servers: the app from the environment (SETTINGS' variables), never with the dev token.  A bad
-    setting, or a one-account file without QSTASH_TOKEN: a line on stderr and SystemExit(3); a bad data file: 503s."""
+    """The factory for servers: the app from the environment (SETTINGS' variables), never with the
+    dev token.  A bad setting, or a one-account file without QSTASH_TOKEN: a line on stderr and
+    SystemExit(3); a bad data file: 503s."""
     uwsgi = sys.modules.get("uwsgi")
     previous: Any = getattr(uwsgi, "post_fork_hook", None)
-    if uwsgi is not None:  # uWSGI forks its workers from C, where no os.register_at_fork hook runs: its own hook
+    if (
+        uwsgi is not None
+    ):  # uWSGI forks its workers from C, where no os.register_at_fork hook runs: its own hook
+
         def hook() -> None:
             store.after_fork()
             previous()  # the hook that was there before
@@ -696,14 +1074,19 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
         if previous is not store.after_fork:  # once
             uwsgi.post_fork_hook = store.after_fork if previous is None else hook  # type: ignore[attr-defined]
     # uWSGI sets its handlers from C, out of Python's sight: SIGHUP there is uWSGI's to handle.
-    elif (hasattr(signal, "SIGHUP") and threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGHUP) == signal.SIG_DFL):
+    elif (
+        hasattr(signal, "SIGHUP")
+        and threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGHUP) == signal.SIG_DFL
+    ):
         signal.signal(signal.SIGHUP, _wake_all)
     try:
         settings = read_settings(os.environ if environ is None else environ)
         data = _open(settings, None, required=True)
     except (ConfigError, store.TokenMissing) as exc:
-        sys.stderr.write("%s\n" % exc)  # one write: the workers that fail at once each give a whole line
+        sys.stderr.write(
+            "%s\n" % exc
+        )  # one write: the workers that fail at once each give a whole line
         raise SystemExit(3) from None
     except store.DataError:
         data = _open(settings, None, required=False)  # logged; answered with 503 until it is good
@@ -713,14 +1096,22 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
 
 
 def _open(settings: Mapping[str, Any], fallback: Optional[str], required: bool) -> store.DataFile:
-    return open_data(settings["data"], settings["token"], settings["interval"], fallback=fallback,
-                     max_size=settings["max_size"], required=required, writable=settings["writable"],
-                     limits=store.Limits(settings["max_items"], settings["max_endpoints"], settings["max_name"]))
+    return open_data(
+        settings["data"],
+        settings["token"],
+        settings["interval"],
+        fallback=fallback,
+        max_size=settings["max_size"],
+        required=required,
+        writable=settings["writable"],
+        limits=store.Limits(settings["max_items"], settings["max_endpoints"], settings["max_name"]),
+    )
 
 
 # ---- The command line and serving ----------------------------------------------------------------
 def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, str]] = None) -> int:
-    """Run the command line: serve under waitress, ``--check`` a data file, ``--record`` one, or print ``--example``."""
+    """Run the command line: serve under waitress, ``--check`` a data file, ``--record`` one, or
+    print ``--example``."""
     parser = _parser()
     args = parser.parse_args(argv)
     if args.example:
@@ -732,7 +1123,10 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         return _fail([str(exc)])
     settings["writable"] = settings["writable"] or args.write
     path = settings["data"]
-    for signum in (signal.SIGTERM, signal.SIGINT):  # before the first load or a recording: none kills half-way
+    for signum in (
+        signal.SIGTERM,
+        signal.SIGINT,
+    ):  # before the first load or a recording: none kills half-way
         signal.signal(signum, _stop)
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, _wake_all)
@@ -747,12 +1141,15 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
             for line in loaded.warnings(path):
                 print(line, file=sys.stderr)
             return 0
-        log = AccessLog(sys.stderr)  # every line of the process goes through it: none waits for stderr
+        log = AccessLog(
+            sys.stderr
+        )  # every line of the process goes through it: none waits for stderr
         formatter = logging.Formatter("%(asctime)s.%(msecs)03dZ %(message)s", "%Y-%m-%dT%H:%M:%S")
         formatter.converter = time.gmtime  # in UTC, as the access log's lines
         log.setFormatter(formatter)
         logging.basicConfig(level=logging.INFO, handlers=[log])
-        # waitress's "Task queue depth" warning, for each request that waits for a thread: a burst floods the log.
+        # waitress's "Task queue depth" warning, for each request that waits for a thread: a burst
+        # floods the log.
         logging.getLogger("waitress.queue").setLevel(logging.ERROR)
         data = _open(settings, fallback, required=True)
     except store.TokenMissing as exc:
@@ -760,8 +1157,12 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
     except store.DataError as exc:
         if os.path.lexists(path):
             return _fail(exc.faults)
-        return _fail(["%s: no such file; to start from the example: %s --example > %s"
-                      % (os.path.abspath(path), parser.prog, path)])
+        return _fail(
+            [
+                "%s: no such file; to start from the example: %s --example > %s"
+                % (os.path.abspath(path), parser.prog, path)
+            ]
+        )
     try:
         return _serve(settings, data, None if args.quiet else log)
     finally:
@@ -776,15 +1177,31 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[A
     except ImportError:
         return _fail(["waitress is not installed: python -m pip install waitress"])
     host, port = settings["host"], settings["port"]
-    socket_map: Dict[int, Any] = {}  # ours, single socket or several, so that _run can see every connection
+    socket_map: Dict[
+        int, Any
+    ] = {}  # ours, single socket or several, so that _run can see every connection
     try:
-        server = create_server(create_app(data, access or False, settings["allowed_hosts"] or ()), map=socket_map,
-                               host=host, port=port, threads=settings["threads"], **WAITRESS_SETTINGS)
+        server = create_server(
+            create_app(data, access or False, settings["allowed_hosts"] or ()),
+            map=socket_map,
+            host=host,
+            port=port,
+            threads=settings["threads"],
+            **WAITRESS_SETTINGS,
+        )
     except (OSError, ValueError) as exc:
-        return _fail(["cannot listen on %s port %d: %s; stop what uses it, or choose another port "
-                      "(--port 0 picks a free one)" % (host, port, exc)])
-    listening = getattr(server, "effective_listen", None) or [(server.effective_host, server.effective_port)]
-    urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in listening]  # "localhost": 2
+        return _fail(
+            [
+                "cannot listen on %s port %d: %s; stop what uses it, or choose another port "
+                "(--port 0 picks a free one)" % (host, port, exc)
+            ]
+        )
+    listening = getattr(server, "effective_listen", None) or [
+        (server.effective_host, server.effective_port)
+    ]
+    urls = [
+        "http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in listening
+    ]  # "localhost": 2
     loaded = typing.cast(store.Store, data.current())  # open_data raised otherwise
     print("\n".join(_banner(settings, loaded, urls, listening[0][1], data.writable)), flush=True)
     stop = threading.Event()
@@ -794,30 +1211,58 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[A
     return 0
 
 
-def _banner(settings: Mapping[str, Any], loaded: store.Store, urls: List[str], port: Any, writable: bool) -> List[str]:
-    """What to paste into the shell where the SDKs run, and whether the JS SDK's dev mode finds this server."""
-    lines = ["qstash-lists %s serving %s (%s) on %s%s" % (__version__, settings["data"], loaded.summary(), " ".join(
-        urls), " (writable)" if writable else ""), "export QSTASH_URL=%s" % urls[0]]
+def _banner(
+    settings: Mapping[str, Any], loaded: store.Store, urls: List[str], port: Any, writable: bool
+) -> List[str]:
+    """What to paste into the shell where the SDKs run, and whether the JS SDK's dev mode finds this
+    server."""
+    lines = [
+        "qstash-lists %s serving %s (%s) on %s%s"
+        % (
+            __version__,
+            settings["data"],
+            loaded.summary(),
+            " ".join(urls),
+            " (writable)" if writable else "",
+        ),
+        "export QSTASH_URL=%s" % urls[0],
+    ]
     if not loaded.single_account:
         lines.append("# QSTASH_TOKEN: accounts from the data file; use your account's token")
     elif loaded.fallback_used:
-        lines.append("export QSTASH_TOKEN=%s  # the built-in dev token: QSTASH_TOKEN is not set (loopback only)"
-                     % DEV_TOKEN)
-        if loaded.accounts[0].signing_keys is None:  # published constants, as `qstash dev` prints them
-            lines.append("export QSTASH_CURRENT_SIGNING_KEY=%s\nexport QSTASH_NEXT_SIGNING_KEY=%s" % DEV_SIGNING_KEYS)
+        lines.append(
+            "export QSTASH_TOKEN=%s  # the built-in dev token: QSTASH_TOKEN is not set (loopback "
+            "only)" % DEV_TOKEN
+        )
+        if (
+            loaded.accounts[0].signing_keys is None
+        ):  # published constants, as `qstash dev` prints them
+            lines.append(
+                "export QSTASH_CURRENT_SIGNING_KEY=%s\nexport QSTASH_NEXT_SIGNING_KEY=%s"
+                % DEV_SIGNING_KEYS
+            )
     else:
         lines.append("# QSTASH_TOKEN: the one set in this server's environment (not shown)")
-    # The JS SDK's QSTASH_DEV=1 asks 127.0.0.1:8080 (or QSTASH_DEV_PORT) for the dev token's signing keys.
-    why_not = ("this server does not listen on 127.0.0.1" if not is_loopback(settings["host"]) else
-               "no account here has the dev token" if loaded.find(DEV_TOKEN.encode()) is None else
-               "" if int(port) == 8080 else "set QSTASH_DEV_PORT=%s where the SDK runs" % port)
+    # The JS SDK's QSTASH_DEV=1 asks 127.0.0.1:8080 (or QSTASH_DEV_PORT) for the dev token's signing
+    # keys.
+    why_not = (
+        "this server does not listen on 127.0.0.1"
+        if not is_loopback(settings["host"])
+        else "no account here has the dev token"
+        if loaded.find(DEV_TOKEN.encode()) is None
+        else ""
+        if int(port) == 8080
+        else "set QSTASH_DEV_PORT=%s where the SDK runs" % port
+    )
     lines.append("# the JS SDK's dev mode (QSTASH_DEV=1): " + (why_not or "finds this server"))
     return lines
 
 
-def run(server: Any, socket_map: Dict[int, Any], stop_timeout: float, stop: threading.Event) -> None:
-    """Serve until ``stop`` is set, then refuse new connections, close idle ones, let the answers in flight finish
-    for at most ``stop_timeout`` seconds, and close every socket."""
+def run(
+    server: Any, socket_map: Dict[int, Any], stop_timeout: float, stop: threading.Event
+) -> None:
+    """Serve until ``stop`` is set, then refuse new connections, close idle ones, let the answers in
+    flight finish for at most ``stop_timeout`` seconds, and close every socket."""
     from waitress import wasyncore
     from waitress.channel import HTTPChannel
     from waitress.server import BaseWSGIServer
@@ -826,7 +1271,9 @@ def run(server: Any, socket_map: Dict[int, Any], stop_timeout: float, stop: thre
         wasyncore.loop(timeout=0.5, map=socket_map, use_poll=True, count=1)
     deadline = time.monotonic() + stop_timeout
     for listener in [d for d in socket_map.values() if isinstance(d, BaseWSGIServer)]:
-        wasyncore.dispatcher.close(listener)  # not BaseWSGIServer.close: the threads still need the trigger
+        wasyncore.dispatcher.close(
+            listener
+        )  # not BaseWSGIServer.close: the threads still need the trigger
     while time.monotonic() < deadline:
         channels = [d for d in socket_map.values() if isinstance(d, HTTPChannel)]
         if not channels:
@@ -835,13 +1282,17 @@ def run(server: Any, socket_map: Dict[int, Any], stop_timeout: float, stop: thre
             if not (channel.request or channel.requests or channel.total_outbufs_len):
                 channel.will_close = True
         wasyncore.loop(timeout=0.1, map=socket_map, use_poll=True, count=1)
-    server.task_dispatcher.shutdown(timeout=max(0.0, deadline - time.monotonic()))  # the rest are cut short
+    server.task_dispatcher.shutdown(
+        timeout=max(0.0, deadline - time.monotonic())
+    )  # the rest are cut short
     for dispatcher in list(socket_map.values()):  # the trigger, and what the deadline cut short
         dispatcher.close()
 
 
 def _stop(signum: int, frame: Any) -> None:
-    raise SystemExit(0)  # before serving, nothing is in flight: stop now, on every way out (while serving, _run)
+    raise SystemExit(
+        0
+    )  # before serving, nothing is in flight: stop now, on every way out (while serving, _run)
 
 
 def _wake_all(signum: int, frame: Any) -> None:
@@ -857,37 +1308,73 @@ def is_loopback(host: str) -> bool:
 
 
 def _utc(created: float) -> str:
-    return "%s.%03dZ" % (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)), int(created % 1 * 1000))
+    return "%s.%03dZ" % (
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)),
+        int(created % 1 * 1000),
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
-    environment = ["%s: %s (%s)" % (s.env, s.help, "for " + s.option if s.option else "default: " + str(s.default))
-                   for s in SETTINGS.values() if s.env]
+    environment = [
+        "%s: %s (%s)"
+        % (s.env, s.help, "for " + s.option if s.option else "default: " + str(s.default))
+        for s in SETTINGS.values()
+        if s.env
+    ]
     parser = argparse.ArgumentParser(
-        # The command as it was run, for --help, --version and hints: the console script's, -m's, or a script's.
-        prog="qstash-lists" if __name__ != "__main__" else "python " + ("-m " + __spec__.name if __spec__ is not None
-                                                                         else os.path.basename(sys.argv[0])),
+        # The command as it was run, for --help, --version and hints: the console script's, -m's, or
+        # a script's.
+        prog="qstash-lists"
+        if __name__ != "__main__"
+        else "python "
+        + ("-m " + __spec__.name if __spec__ is not None else os.path.basename(sys.argv[0])),
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Serve QStash's URL groups and queues (GET /v2/topics, /v2/queues and one of each by name; "
-                    "with --writable, their writes too) from a JSON data file.",
-        epilog="environment (the command line wins; nothing else is read):\n  " + "\n  ".join(environment)
-               + "\nsignals: SIGHUP makes the server look at the data file at once; SIGTERM or Ctrl-C stops it.")
+        description="Serve QStash's URL groups and queues (GET /v2/topics, /v2/queues and one of "
+        "each by name; "
+        "with --writable, their writes too) from a JSON data file.",
+        epilog="environment (the command line wins; nothing else is read):\n  "
+        + "\n  ".join(environment)
+        + "\nsignals: SIGHUP makes the server look at the data file at once; SIGTERM or Ctrl-C "
+        "stops it.",
+    )
     for key, setting in SETTINGS.items():
         if setting.option:
-            default = ("$%s, else %s" % (setting.env, setting.default)) if setting.env else setting.default
-            parser.add_argument(setting.option, dest=key, metavar=key.upper(),
-                                help="%s (default: %s)" % (setting.help, default))
-    parser.add_argument("--writable", action="store_true", dest="write",
-                        help="take QStash's writes of URL groups and queues, saved to the data file (default: "
-                             "read-only, or $QSTASH_LISTS_WRITABLE)")
-    parser.add_argument("--quiet", action="store_true", help="no access log (default: log each request)")
+            default = (
+                ("$%s, else %s" % (setting.env, setting.default))
+                if setting.env
+                else setting.default
+            )
+            parser.add_argument(
+                setting.option,
+                dest=key,
+                metavar=key.upper(),
+                help="%s (default: %s)" % (setting.help, default),
+            )
+    parser.add_argument(
+        "--writable",
+        action="store_true",
+        dest="write",
+        help="take QStash's writes of URL groups and queues, saved to the data file (default: "
+        "read-only, or $QSTASH_LISTS_WRITABLE)",
+    )
+    parser.add_argument(
+        "--quiet", action="store_true", help="no access log (default: log each request)"
+    )
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--check", action="store_true", help="validate the data file, print a summary and exit")
+    mode.add_argument(
+        "--check", action="store_true", help="validate the data file, print a summary and exit"
+    )
     mode.add_argument("--example", action="store_true", help="print an example data file and exit")
-    mode.add_argument("--record", action="store_true",
-                      help="write the data file from the account of QSTASH_TOKEN at --upstream, and exit")
-    parser.add_argument("--signing-keys", action="store_true",
-                        help="with --record: record the account's signing keys too (secrets; default: not)")
+    mode.add_argument(
+        "--record",
+        action="store_true",
+        help="write the data file from the account of QSTASH_TOKEN at --upstream, and exit",
+    )
+    parser.add_argument(
+        "--signing-keys",
+        action="store_true",
+        help="with --record: record the account's signing keys too (secrets; default: not)",
+    )
     parser.add_argument("--version", action="version", version="%(prog)s " + __version__)
     return parser
 
@@ -899,8 +1386,14 @@ def _fail(lines: Sequence[str]) -> int:
 
 # ---- --record: a copy of a real account ----------------------------------------------------------
 def _record(settings: Mapping[str, Any], signing_keys: bool) -> int:
-    """Write the account of QSTASH_TOKEN at --upstream to the data file, or leave it as it was (one deadline)."""
-    token, base, path, timeout = settings["token"], settings["upstream"], settings["data"], settings["record_timeout"]
+    """Write the account of QSTASH_TOKEN at --upstream to the data file, or leave it as it was (one
+    deadline)."""
+    token, base, path, timeout = (
+        settings["token"],
+        settings["upstream"],
+        settings["data"],
+        settings["record_timeout"],
+    )
     if token is None:
         return _fail(["QSTASH_TOKEN is not set: --record reads the account whose token it is"])
     asking = ["/v2/topics"]  # the request in flight, for the message if time runs out
@@ -909,9 +1402,13 @@ def _record(settings: Mapping[str, Any], signing_keys: bool) -> int:
     def download() -> None:
         dropped: set[str] = set()
         try:
-            document: Dict[str, Any] = {key: [store.from_api(item, key, dropped) for item in _fetch(
-                base, route, token, settings["max_size"], timeout, asking)] for key, route in (
-                ("urlGroups", "/v2/topics"), ("queues", "/v2/queues"))}
+            document: Dict[str, Any] = {
+                key: [
+                    store.from_api(item, key, dropped)
+                    for item in _fetch(base, route, token, settings["max_size"], timeout, asking)
+                ]
+                for key, route in (("urlGroups", "/v2/topics"), ("queues", "/v2/queues"))
+            }
             if signing_keys:
                 keys = _fetch(base, "/v2/keys", token, settings["max_size"], timeout, asking)
                 document["signingKeys"] = {k: keys.get(k) for k in ("current", "next")}
@@ -919,18 +1416,27 @@ def _record(settings: Mapping[str, Any], signing_keys: bool) -> int:
         except ConfigError as exc:
             outcome.append(exc)
 
-    # A thread the process leaves behind if time runs out: a socket timeout bounds a read, not an answer or a lookup.
+    # A thread the process leaves behind if time runs out: a socket timeout bounds a read, not an
+    # answer or a lookup.
     worker = threading.Thread(target=download, name="qstash-lists --record", daemon=True)
     worker.start()
     worker.join(timeout)
     if not outcome:
-        return _fail(["GET %s%s: no whole answer within %g s (--record-timeout, QSTASH_LISTS_RECORD_TIMEOUT); "
-                      "%s is unchanged" % (base, asking[0], timeout, path)])
+        return _fail(
+            [
+                "GET %s%s: no whole answer within %g s (--record-timeout, "
+                "QSTASH_LISTS_RECORD_TIMEOUT); "
+                "%s is unchanged" % (base, asking[0], timeout, path)
+            ]
+        )
     if isinstance(outcome[0], ConfigError):
         return _fail([str(outcome[0]) + "; %s is unchanged" % path])
     document, dropped = outcome[0]
     if dropped:
-        print("%s: left out what a data file does not hold: %s" % (path, ", ".join(sorted(dropped))), file=sys.stderr)
+        print(
+            "%s: left out what a data file does not hold: %s" % (path, ", ".join(sorted(dropped))),
+            file=sys.stderr,
+        )
     try:
         loaded = store.record(path, document, token, settings["max_size"])
     except store.DataError as exc:
@@ -939,29 +1445,53 @@ def _record(settings: Mapping[str, Any], signing_keys: bool) -> int:
     return 0
 
 
-def _fetch(base: str, route: str, token: str, max_size: int, timeout: float, asking: List[str]) -> Any:
-    """GET ``route`` at ``base`` (noted in ``asking``): a JSON array of objects (/v2/keys: one), or ConfigError."""
+def _fetch(
+    base: str, route: str, token: str, max_size: int, timeout: float, asking: List[str]
+) -> Any:
+    """GET ``route`` at ``base`` (noted in ``asking``): a JSON array of objects (/v2/keys: one), or
+    ConfigError."""
     asking[:] = [route]
     request = urllib.request.Request(base + route, headers={"Authorization": "Bearer " + token})
     where, fix = "GET %s%s" % (base, route), "is --upstream (QSTASH_LISTS_UPSTREAM) the QStash API?"
-    ours = "that is a qstash-lists server, not QStash; set --upstream (QSTASH_LISTS_UPSTREAM) to QStash's API"
-    try:  # a read may last past the run's deadline (timeout): the deadline ends the run first, and says so
-        with urllib.request.build_opener(_NoRedirects).open(request, timeout=timeout + 1) as response:
+    ours = (
+        "that is a qstash-lists server, not QStash; set --upstream (QSTASH_LISTS_UPSTREAM) to "
+        "QStash's API"
+    )
+    # a read may last past the run's deadline (timeout): the deadline ends the run first, and says
+    # so
+    try:
+        with urllib.request.build_opener(_NoRedirects).open(
+            request, timeout=timeout + 1
+        ) as response:
             if response.headers.get("Server") == WAITRESS_SETTINGS["ident"]:
                 raise ConfigError("%s: %s, such as https://qstash.upstash.io" % (where, ours))
             raw = store.read_at_most(response.read, max_size)
     except urllib.error.HTTPError as exc:
-        fix = ours if exc.headers.get("Server") == WAITRESS_SETTINGS["ident"] else "check QSTASH_TOKEN" if exc.code in (
-            401, 403) else "try again later" if exc.code >= 500 else "not followed; %s (%s)" % (fix, exc.headers.get(
-                "Location", "no Location")) if 300 <= exc.code < 400 else fix  # a redirect: the token goes nowhere else
+        fix = (
+            ours
+            if exc.headers.get("Server") == WAITRESS_SETTINGS["ident"]
+            else "check QSTASH_TOKEN"
+            if exc.code in (401, 403)
+            else "try again later"
+            if exc.code >= 500
+            else "not followed; %s (%s)" % (fix, exc.headers.get("Location", "no Location"))
+            if 300 <= exc.code < 400
+            else fix
+        )  # a redirect: the token goes nowhere else
         raise ConfigError("%s: answered %d %s; %s" % (where, exc.code, exc.reason, fix)) from None
     except (urllib.error.URLError, OSError, UnicodeError) as exc:
-        raise ConfigError("%s: no answer (%s); check --upstream (QSTASH_LISTS_UPSTREAM) and the network"
-                          % (where, getattr(exc, "reason", exc))) from None
+        raise ConfigError(
+            "%s: no answer (%s); check --upstream (QSTASH_LISTS_UPSTREAM) and the network"
+            % (where, getattr(exc, "reason", exc))
+        ) from None
     except http.client.HTTPException as exc:  # an answer cut short or malformed
-        raise ConfigError("%s: a broken answer (%s); try again later" % (where, type(exc).__name__)) from None
+        raise ConfigError(
+            "%s: a broken answer (%s); try again later" % (where, type(exc).__name__)
+        ) from None
     if raw is None:
-        raise ConfigError("%s: the answer is over %s (--max-size)" % (where, store.megabytes(max_size)))
+        raise ConfigError(
+            "%s: the answer is over %s (--max-size)" % (where, store.megabytes(max_size))
+        )
     try:
         answer = json.loads(raw)
     except (ValueError, RecursionError) as exc:

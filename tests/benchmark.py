@@ -49,11 +49,19 @@ LOAD_CPU = ["taskset", "-c", "1"] if PIN else []
 
 def write_data(folder: Path, queues: int) -> Path:
     """A one-account file with ``queues`` queues, written as a person would (indented)."""
-    document = {"queues": [
-        {"createdAt": 1700000000000 + i, "updatedAt": 1700000000000 + i, "name": "queue-%06d" % i,
-         "parallelism": i % 10 + 1, "lag": i % 1000, "paused": i % 7 == 0}
-        for i in range(queues)
-    ]}
+    document = {
+        "queues": [
+            {
+                "createdAt": 1700000000000 + i,
+                "updatedAt": 1700000000000 + i,
+                "name": "queue-%06d" % i,
+                "parallelism": i % 10 + 1,
+                "lag": i % 1000,
+                "paused": i % 7 == 0,
+            }
+            for i in range(queues)
+        ]
+    }
     path = folder / ("queues-%d.json" % queues)
     path.write_text(json.dumps(document, indent=2))
     return path
@@ -64,8 +72,14 @@ class Server:
 
     def __init__(self, args: List[str], pin: bool = True) -> None:
         env = dict(os.environ, QSTASH_TOKEN=TOKEN)
-        self.proc = subprocess.Popen((SERVER_CPU if pin else []) + args, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, env=env, cwd=str(ROOT))
+        self.proc = subprocess.Popen(
+            (SERVER_CPU if pin else []) + args,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=str(ROOT),
+        )
         line = self.proc.stdout.readline()  # type: ignore[union-attr]
         match = re.search(r"127\.0\.0\.1:(\d+)", line)
         if not match:
@@ -94,7 +108,9 @@ def service(data: Path, threads: int, quiet: bool = True) -> Server:
 
 
 def baseline(response: Path, threads: int) -> Server:
-    return Server([sys.executable, __file__, "--serve-baseline", str(response), "--threads", str(threads)])
+    return Server(
+        [sys.executable, __file__, "--serve-baseline", str(response), "--threads", str(threads)]
+    )
 
 
 def save_response(path: Path, headers: List[Tuple[str, str]], body: bytes) -> None:
@@ -129,9 +145,16 @@ class Result:
         self.cpu_us: Optional[float] = None  # the server's CPU time per request
 
 
-def measure(server: Server, path: str, headers: Dict[str, str], seconds: float, connections: int,
-            refused: bool = False) -> Result:
-    """Load ``server`` and note its CPU time per request: steadier than requests/s on a busy machine.
+def measure(
+    server: Server,
+    path: str,
+    headers: Dict[str, str],
+    seconds: float,
+    connections: int,
+    refused: bool = False,
+) -> Result:
+    """Load ``server`` and note its CPU time per request: steadier than requests/s on a busy
+    machine.
 
     With ``refused``, every answer must be an error status (a 4xx), not a 2xx.
     """
@@ -143,28 +166,49 @@ def measure(server: Server, path: str, headers: Dict[str, str], seconds: float, 
     return result
 
 
-def load(url: str, headers: Dict[str, str], seconds: float, connections: int, pin: bool = True,
-         refused: bool = False) -> Result:
+def load(
+    url: str,
+    headers: Dict[str, str],
+    seconds: float,
+    connections: int,
+    pin: bool = True,
+    refused: bool = False,
+) -> Result:
     """Drive ``url`` for ``seconds`` over ``connections`` keep-alive connections."""
     if shutil.which("wrk"):
         return _wrk(url, headers, seconds, connections, pin, refused)
     return _python_load(url, headers, seconds, connections, refused)
 
 
-def _wrk(url: str, headers: Dict[str, str], seconds: float, connections: int, pin: bool = True,
-         refused: bool = False, closing: bool = False) -> Result:
+def _wrk(
+    url: str,
+    headers: Dict[str, str],
+    seconds: float,
+    connections: int,
+    pin: bool = True,
+    refused: bool = False,
+    closing: bool = False,
+) -> Result:
     """wrk's figures; with ``closing``, a server may close each connection after an answer without
     saying so (uWSGI's router): wrk counts that as a read error, opens another, and goes on."""
-    args = (LOAD_CPU if pin else []) + ["wrk", "-t1", "-c%d" % connections, "-d%ds" % max(1, round(seconds)),
-                                        "--latency", "--timeout", "10s"]
+    args = (LOAD_CPU if pin else []) + [
+        "wrk",
+        "-t1",
+        "-c%d" % connections,
+        "-d%ds" % max(1, round(seconds)),
+        "--latency",
+        "--timeout",
+        "10s",
+    ]
     for name, value in headers.items():
         args += ["-H", "%s: %s" % (name, value)]
     out = subprocess.run(args + [url], capture_output=True, text=True, timeout=seconds + 30).stdout
     requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     sockets = re.search(r"Socket errors: connect (\d+), read \d+, write (\d+), timeout (\d+)", out)
-    if (sockets and (not closing or sockets.groups() != ("0", "0", "0"))) or \
-            (int(errors.group(1)) if errors else 0) != (requests if refused else 0):
+    if (sockets and (not closing or sockets.groups() != ("0", "0", "0"))) or (
+        int(errors.group(1)) if errors else 0
+    ) != (requests if refused else 0):
         raise SystemExit("wrk saw unexpected answers:\n" + out)
 
     def latency(percent: str) -> float:
@@ -175,8 +219,9 @@ def _wrk(url: str, headers: Dict[str, str], seconds: float, connections: int, pi
     return Result(rps, latency("50"), latency("99"), requests)
 
 
-def _python_load(url: str, headers: Dict[str, str], seconds: float, connections: int,
-                 refused: bool = False) -> Result:
+def _python_load(
+    url: str, headers: Dict[str, str], seconds: float, connections: int, refused: bool = False
+) -> Result:
     port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
     path = "/" + url.split("/", 3)[3] if url.count("/") > 2 else "/"
     deadline = time.monotonic() + seconds
@@ -205,11 +250,17 @@ def _python_load(url: str, headers: Dict[str, str], seconds: float, connections:
     if failures:
         raise SystemExit("load saw failures: %s" % failures[:5])
     latencies.sort()
-    return Result(len(latencies) / seconds, latencies[len(latencies) // 2] * 1000,
-                  latencies[int(len(latencies) * 0.99)] * 1000, len(latencies))
+    return Result(
+        len(latencies) / seconds,
+        latencies[len(latencies) // 2] * 1000,
+        latencies[int(len(latencies) * 0.99)] * 1000,
+        len(latencies),
+    )
 
 
-def fetch(url: str, headers: Dict[str, str], timeout: float = 10) -> Tuple[int, List[Tuple[str, str]], bytes]:
+def fetch(
+    url: str, headers: Dict[str, str], timeout: float = 10
+) -> Tuple[int, List[Tuple[str, str]], bytes]:
     port = int(url.rsplit(":", 1)[1].split("/", 1)[0])
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     conn.request("GET", "/" + url.split("/", 3)[3], headers=headers)
@@ -223,8 +274,15 @@ def header(headers: List[Tuple[str, str]], name: str) -> Optional[str]:
     return next((v for k, v in headers if k.lower() == name), None)
 
 
-def compare(name: str, a: Callable[[], Result], b: Callable[[], Result], rounds: int,
-            rows: List[str], a_name: str, b_name: str) -> Tuple[float, Optional[float]]:
+def compare(
+    name: str,
+    a: Callable[[], Result],
+    b: Callable[[], Result],
+    rounds: int,
+    rows: List[str],
+    a_name: str,
+    b_name: str,
+) -> Tuple[float, Optional[float]]:
     """Measure ``a`` and ``b`` in each round, alternating which goes first; add table rows.
 
     Return the median ratio of requests/s (a / b) and of CPU time per request (b / a).
@@ -242,21 +300,34 @@ def compare(name: str, a: Callable[[], Result], b: Callable[[], Result], rounds:
     for label, pick in ((a_name, 0), (b_name, 1)):
         rs = [r[pick] for r in results]
         cpu = [r.cpu_us for r in rs if r.cpu_us is not None]
-        rows.append("| %s | %s | %.0f | %.2f | %.2f | %s |" % (
-            name, label, statistics.median(r.rps for r in rs), statistics.median(r.p50 for r in rs),
-            statistics.median(r.p99 for r in rs), "%.1f" % statistics.median(cpu) if cpu else "-"))
+        rows.append(
+            "| %s | %s | %.0f | %.2f | %.2f | %s |"
+            % (
+                name,
+                label,
+                statistics.median(r.rps for r in rs),
+                statistics.median(r.p50 for r in rs),
+                statistics.median(r.p99 for r in rs),
+                "%.1f" % statistics.median(cpu) if cpu else "-",
+            )
+        )
     each = " ".join("%.2f" % (ra.rps / rb.rps) for ra, rb in results)
     costs = [rb.cpu_us / ra.cpu_us for ra, rb in results if ra.cpu_us and rb.cpu_us]
     cost = statistics.median(costs) if costs else None
     note = " (CPU per request %s / %s: **%.2f**)" % (b_name, a_name, cost) if cost else ""
-    rows.append("| %s | **ratio %s / %s** | **%.2f** | rounds: %s%s | | |" % (name, a_name, b_name, ratio, each, note))
+    rows.append(
+        "| %s | **ratio %s / %s** | **%.2f** | rounds: %s%s | | |"
+        % (name, a_name, b_name, ratio, each, note)
+    )
     return ratio, cost
 
 
 def peak_memory_mb(code: str) -> float:
     """Run ``code`` in a fresh interpreter; return its peak resident memory in MB."""
     # VmHWM belongs to the new address space; ru_maxrss would inherit ours across exec on Linux.
-    probe = code + """
+    probe = (
+        code
+        + """
 try:
     with open("/proc/self/status") as status:
         print(next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")))
@@ -264,8 +335,10 @@ except OSError:
     import resource
     print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                         cwd=str(ROOT)).stdout
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=str(ROOT)
+    ).stdout
     return int(out.split()[-1]) / 1024
 
 
@@ -275,37 +348,87 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--threads", type=int, default=int(app.SETTINGS["threads"].default or 8))
-    parser.add_argument("--sizes", type=int, nargs="*", default=[100, 10000],
-                        help="queue counts to serve (default: 100 10000; 10000 adds gzip and 304)")
-    parser.add_argument("--noise", action="store_true",
-                        help="first, the baseline against an identical copy of itself: this machine's noise")
-    parser.add_argument("--no-access-log", dest="access_log", action="store_false",
-                        help="skip the access log's cost")
-    parser.add_argument("--load-queues", type=int, default=100000,
-                        help="queues in the file timed against json.load (0: skip)")
-    parser.add_argument("--item-queues", type=int, default=100000,
-                        help="queues in the file for the per-item body memory (0: skip items)")
-    parser.add_argument("--only", choices=["table", "servers", "items", "load", "accounts", "reload", "check",
-                                           "junk", "hostile", "gunicorn", "writes", "memory"],
-                        help="run only this part")
-    parser.add_argument("--reloads", type=int, default=7, help="reloads timed for each kind (default: 7)")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="*",
+        default=[100, 10000],
+        help="queue counts to serve (default: 100 10000; 10000 adds gzip and 304)",
+    )
+    parser.add_argument(
+        "--noise",
+        action="store_true",
+        help="first, the baseline against an identical copy of itself: this machine's noise",
+    )
+    parser.add_argument(
+        "--no-access-log",
+        dest="access_log",
+        action="store_false",
+        help="skip the access log's cost",
+    )
+    parser.add_argument(
+        "--load-queues",
+        type=int,
+        default=100000,
+        help="queues in the file timed against json.load (0: skip)",
+    )
+    parser.add_argument(
+        "--item-queues",
+        type=int,
+        default=100000,
+        help="queues in the file for the per-item body memory (0: skip items)",
+    )
+    parser.add_argument(
+        "--only",
+        choices=[
+            "table",
+            "servers",
+            "items",
+            "load",
+            "accounts",
+            "reload",
+            "check",
+            "junk",
+            "hostile",
+            "gunicorn",
+            "writes",
+            "memory",
+        ],
+        help="run only this part",
+    )
+    parser.add_argument(
+        "--reloads", type=int, default=7, help="reloads timed for each kind (default: 7)"
+    )
     parser.add_argument("--serve-baseline", metavar="RESPONSE", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_baseline:
         serve_baseline(args.serve_baseline, args.threads)
         return 0
 
-    print("machine: %d cores, Python %s, waitress %s, load from %s%s; %d rounds of %gs, %d connections, "
-          "%d threads" % (os.cpu_count() or 0, sys.version.split()[0], _waitress_version(),
-                          "wrk" if shutil.which("wrk") else "a Python client",
-                          " (servers pinned to core 0, load to core 1)" if PIN else "",
-                          args.rounds, args.seconds, args.connections, args.threads))
+    print(
+        "machine: %d cores, Python %s, waitress %s, load from %s%s; %d rounds of %gs, %d "
+        "connections, "
+        "%d threads"
+        % (
+            os.cpu_count() or 0,
+            sys.version.split()[0],
+            _waitress_version(),
+            "wrk" if shutil.which("wrk") else "a Python client",
+            " (servers pinned to core 0, load to core 1)" if PIN else "",
+            args.rounds,
+            args.seconds,
+            args.connections,
+            args.threads,
+        )
+    )
 
     def drive(server: Server, headers: Dict[str, str]) -> Callable[[], Result]:
         return lambda: measure(server, "/v2/queues", headers, args.seconds, args.connections)
 
-    rows = ["| case | server | requests/s | p50 ms | p99 ms | server CPU µs/request |",
-            "|---|---|---|---|---|---|"]
+    rows = [
+        "| case | server | requests/s | p50 ms | p99 ms | server CPU µs/request |",
+        "|---|---|---|---|---|---|",
+    ]
     summary: List[str] = []
     first: List[str] = []  # in-process tables, printed before the table of servers
     with tempfile.TemporaryDirectory() as folder:
@@ -342,38 +465,82 @@ def main(argv: Optional[List[str]] = None) -> int:
                     if args.noise and size == args.sizes[0]:
                         twin = baseline(tmp / "response", args.threads)
                         try:
-                            ratio, _ = compare("%d queues, A/A" % size, drive(twin, AUTH), drive(base, AUTH),
-                                               args.rounds, rows, "baseline copy", "baseline")
-                            summary.append("noise: an identical copy of the baseline / the baseline at %d "
-                                           "queues: %.2f" % (size, ratio))
+                            ratio, _ = compare(
+                                "%d queues, A/A" % size,
+                                drive(twin, AUTH),
+                                drive(base, AUTH),
+                                args.rounds,
+                                rows,
+                                "baseline copy",
+                                "baseline",
+                            )
+                            summary.append(
+                                "noise: an identical copy of the baseline / the baseline at %d "
+                                "queues: %.2f" % (size, ratio)
+                            )
                         finally:
                             twin.close()
-                    ratio, cost = compare("%d queues (%d bytes)" % (size, len(body)), drive(svc, AUTH),
-                                          drive(base, AUTH), args.rounds, rows, "service", "baseline")
-                    summary.append("service/baseline at %d queues: requests/s %.2f (target >= 0.95); CPU per "
-                                   "request, baseline/service %s" % (size, ratio, "%.2f" % cost if cost else "-"))
-                    many = 4 * args.threads  # more connections than threads: requests wait for a thread
-                    ratio, cost = compare("%d queues, %d connections" % (size, many),
-                                          functools.partial(measure, svc, "/v2/queues", AUTH, args.seconds, many),
-                                          functools.partial(measure, base, "/v2/queues", AUTH, args.seconds, many),
-                                          args.rounds, rows, "service", "baseline")
-                    summary.append("service/baseline at %d queues, %d connections: requests/s %.2f (target >= 0.95)"
-                                   % (size, many, ratio))
+                    ratio, cost = compare(
+                        "%d queues (%d bytes)" % (size, len(body)),
+                        drive(svc, AUTH),
+                        drive(base, AUTH),
+                        args.rounds,
+                        rows,
+                        "service",
+                        "baseline",
+                    )
+                    summary.append(
+                        "service/baseline at %d queues: requests/s %.2f (target >= 0.95); CPU per "
+                        "request, baseline/service %s"
+                        % (size, ratio, "%.2f" % cost if cost else "-")
+                    )
+                    many = (
+                        4 * args.threads
+                    )  # more connections than threads: requests wait for a thread
+                    ratio, cost = compare(
+                        "%d queues, %d connections" % (size, many),
+                        functools.partial(measure, svc, "/v2/queues", AUTH, args.seconds, many),
+                        functools.partial(measure, base, "/v2/queues", AUTH, args.seconds, many),
+                        args.rounds,
+                        rows,
+                        "service",
+                        "baseline",
+                    )
+                    summary.append(
+                        "service/baseline at %d queues, %d connections: requests/s %.2f (target >= "
+                        "0.95)" % (size, many, ratio)
+                    )
                 finally:
                     base.close()
                 if size == 10000:
                     gz = dict(AUTH, **{"Accept-Encoding": "gzip"})
                     _, gz_headers, gz_body = fetch(url, gz)
                     assert header(gz_headers, "content-encoding") == "gzip", gz_headers
-                    ratio, _ = compare("10000 queues, gzip", drive(svc, gz), drive(svc, AUTH),
-                                       args.rounds, rows, "gzip", "identity")
-                    summary.append("gzip: %d of %d bytes on the wire (1/%.1f, target <= 1/8); "
-                                   "requests/s gzip/identity %.2f (target >= 1.5)"
-                                   % (len(gz_body), len(body), len(body) / len(gz_body), ratio))
+                    ratio, _ = compare(
+                        "10000 queues, gzip",
+                        drive(svc, gz),
+                        drive(svc, AUTH),
+                        args.rounds,
+                        rows,
+                        "gzip",
+                        "identity",
+                    )
+                    summary.append(
+                        "gzip: %d of %d bytes on the wire (1/%.1f, target <= 1/8); "
+                        "requests/s gzip/identity %.2f (target >= 1.5)"
+                        % (len(gz_body), len(body), len(body) / len(gz_body), ratio)
+                    )
                     cond = dict(AUTH, **{"If-None-Match": header(headers, "etag") or ""})
                     assert fetch(url, cond)[0] == 304
-                    ratio, _ = compare("10000 queues, If-None-Match", drive(svc, cond), drive(svc, AUTH),
-                                       args.rounds, rows, "304", "200")
+                    ratio, _ = compare(
+                        "10000 queues, If-None-Match",
+                        drive(svc, cond),
+                        drive(svc, AUTH),
+                        args.rounds,
+                        rows,
+                        "304",
+                        "200",
+                    )
                     summary.append("revalidation: requests/s 304/200 %.2f" % ratio)
             finally:
                 svc.close()
@@ -381,8 +548,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             data = write_data(tmp, 100)
             quiet, loud = service(data, args.threads), service(data, args.threads, quiet=False)
             try:
-                ratio, _ = compare("100 queues, access log", drive(loud, AUTH), drive(quiet, AUTH),
-                                   args.rounds, rows, "log on", "--quiet")
+                ratio, _ = compare(
+                    "100 queues, access log",
+                    drive(loud, AUTH),
+                    drive(quiet, AUTH),
+                    args.rounds,
+                    rows,
+                    "log on",
+                    "--quiet",
+                )
                 summary.append("access log on/--quiet: %.2f" % ratio)
             finally:
                 quiet.close()
@@ -413,6 +587,7 @@ def wsgi_timer(wsgi: Any, path: str, token: str, n: int = 2000) -> Callable[[], 
             for _chunk in wsgi(dict(environ), start_response):
                 pass
         return (time.perf_counter() - started) / n * 1e6
+
     return once
 
 
@@ -420,94 +595,172 @@ def account_rows(tmp: Path, rounds: int, rows: List[str], summary: List[str]) ->
     """Per-request cost of an authorised list and of an unknown token, by number of accounts."""
     import hashlib
 
-    rows.append("| accounts in the file | authorised list, µs | ratio to 1 account | unknown token, µs | "
-                "ratio to 1 account |")
+    rows.append(
+        "| accounts in the file | authorised list, µs | ratio to 1 account | unknown token, µs | "
+        "ratio to 1 account |"
+    )
     rows.append("|---|---|---|---|---|")
     first: Optional[Tuple[float, float]] = None
     for count in (1, 100, 10000, 100000):
-        document = {"accounts": [{"token": TOKEN, "queues": [{"createdAt": 1, "updatedAt": 1, "name": "q",
-                                                              "parallelism": 1, "lag": 0}]}]
-                    + [{"tokenSha256": hashlib.sha256(b"other-%d" % i).hexdigest()} for i in range(count - 1)]}
+        document = {
+            "accounts": [
+                {
+                    "token": TOKEN,
+                    "queues": [
+                        {"createdAt": 1, "updatedAt": 1, "name": "q", "parallelism": 1, "lag": 0}
+                    ],
+                }
+            ]
+            + [
+                {"tokenSha256": hashlib.sha256(b"other-%d" % i).hexdigest()}
+                for i in range(count - 1)
+            ]
+        }
         path = tmp / ("accounts-%d.json" % count)
         path.write_text(json.dumps(document))
         wsgi = app.create_app(app.open_data(str(path), None), access_log=False)
-        known, unknown = wsgi_timer(wsgi, "/v2/queues", TOKEN), wsgi_timer(wsgi, "/v2/queues", "nobody")
+        known, unknown = (
+            wsgi_timer(wsgi, "/v2/queues", TOKEN),
+            wsgi_timer(wsgi, "/v2/queues", "nobody"),
+        )
         samples = [(known(), unknown()) for _ in range(rounds)]
         k = statistics.median(t[0] for t in samples)
         u = statistics.median(t[1] for t in samples)
         first = first or (k, u)
-        rows.append("| %d | %.2f | %.2f | %.2f | %.2f |" % (count, k, k / first[0], u, u / first[1]))
+        rows.append(
+            "| %d | %.2f | %.2f | %.2f | %.2f |" % (count, k, k / first[0], u, u / first[1])
+        )
         if count == 10000:
-            summary.append("lookup at 10,000 accounts / 1 account: authorised %.2f, unknown token %.2f "
-                           "(target <= 1.3)" % (k / first[0], u / first[1]))
+            summary.append(
+                "lookup at 10,000 accounts / 1 account: authorised %.2f, unknown token %.2f "
+                "(target <= 1.3)" % (k / first[0], u / first[1])
+            )
     rows.append("")
 
 
 def check_rows(big: Path, rounds: int, rows: List[str], summary: List[str]) -> None:
-    """--check of a one-account file against a whole process that only json.loads it: CPU and peak memory."""
+    """--check of a one-account file against a whole process that only json.loads it: CPU and peak
+    memory."""
+
     def child(args: List[str]) -> Tuple[float, float]:
-        code = ("import resource, runpy, sys; sys.argv = %r; "
-                "exec(%r)" % (args, "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
-                                    "except SystemExit:\n    pass\n"))
+        code = "import resource, runpy, sys; sys.argv = %r; exec(%r)" % (
+            args,
+            "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+            "except SystemExit:\n    pass\n",
+        )
         # VmHWM belongs to this process's own address space; ru_maxrss would inherit ours on Linux.
-        probe = code + ("\nu = resource.getrusage(resource.RUSAGE_SELF)\n"
-                        "hwm = next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:'))\n"
-                        "print(u.ru_utime + u.ru_stime, hwm)")
-        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                             cwd=str(ROOT), env=dict(os.environ, QSTASH_TOKEN=TOKEN)).stdout.split()
+        probe = code + (
+            "\nu = resource.getrusage(resource.RUSAGE_SELF)\n"
+            "hwm = next(l.split()[1] for l in open('/proc/self/status') if "
+            "l.startswith('VmHWM:'))\n"
+            "print(u.ru_utime + u.ru_stime, hwm)"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=str(ROOT),
+            env=dict(os.environ, QSTASH_TOKEN=TOKEN),
+        ).stdout.split()
         return float(out[-2]), int(out[-1]) / 1024
 
     loader = big.with_name("json_load.py")
     loader.write_text("import json, sys\nwith open(sys.argv[1], 'rb') as f:\n    json.load(f)\n")
     pairs = []
     for _ in range(max(5, rounds // 2)):
-        pairs.append((child([str(loader), str(big)]), child([str(ROOT / "app.py"), "--check", "--data", str(big)])))
+        pairs.append(
+            (
+                child([str(loader), str(big)]),
+                child([str(ROOT / "app.py"), "--check", "--data", str(big)]),
+            )
+        )
     cpu = statistics.median(c[0] / j[0] for j, c in pairs)
     mem = statistics.median(c[1] / j[1] for j, c in pairs)
-    rows.append("| %s (%.1f MB), whole process | CPU s | peak RSS MB |" % (big.name, big.stat().st_size / 1e6))
+    rows.append(
+        "| %s (%.1f MB), whole process | CPU s | peak RSS MB |"
+        % (big.name, big.stat().st_size / 1e6)
+    )
     rows.append("|---|---|---|")
-    rows.append("| python: json.load only | %.3f | %.0f |" % (statistics.median(j[0] for j, _ in pairs),
-                                                             statistics.median(j[1] for j, _ in pairs)))
-    rows.append("| python app.py --check | %.3f | %.0f |" % (statistics.median(c[0] for _, c in pairs),
-                                                             statistics.median(c[1] for _, c in pairs)))
+    rows.append(
+        "| python: json.load only | %.3f | %.0f |"
+        % (statistics.median(j[0] for j, _ in pairs), statistics.median(j[1] for j, _ in pairs))
+    )
+    rows.append(
+        "| python app.py --check | %.3f | %.0f |"
+        % (statistics.median(c[0] for _, c in pairs), statistics.median(c[1] for _, c in pairs))
+    )
     rows.append("| ratio | %.2f | %.2f |" % (cpu, mem))
     rows.append("")
-    summary.append("--check of 100,000 queues / json.load, whole process: CPU %.2f, peak memory %.2f "
-                   "(target <= 3)" % (cpu, mem))
+    summary.append(
+        "--check of 100,000 queues / json.load, whole process: CPU %.2f, peak memory %.2f "
+        "(target <= 3)" % (cpu, mem)
+    )
 
 
 OTHER = {"Authorization": "Bearer other-token"}  # the account that only reads during a write storm
 
 
 def write_file(folder: Path, queues: int, accounts: int = 1) -> Path:
-    """A file of ``accounts`` accounts of ``queues`` queues (the writes' token has the first), and one more small
-    account that only reads."""
-    items = [{"createdAt": 1700000000000 + i, "updatedAt": 1700000000000 + i, "name": "queue-%06d" % i,
-              "parallelism": i % 10 + 1, "lag": i % 1000, "paused": i % 7 == 0} for i in range(queues)]
-    document = {"accounts": [{"token": TOKEN if a == 0 else "tok-%d" % a, "queues": items} for a in range(accounts)]
-                + [{"token": "other-token", "queues": items[:100]}]}
+    """A file of ``accounts`` accounts of ``queues`` queues (the writes' token has the first), and
+    one more small account that only reads."""
+    items = [
+        {
+            "createdAt": 1700000000000 + i,
+            "updatedAt": 1700000000000 + i,
+            "name": "queue-%06d" % i,
+            "parallelism": i % 10 + 1,
+            "lag": i % 1000,
+            "paused": i % 7 == 0,
+        }
+        for i in range(queues)
+    ]
+    document = {
+        "accounts": [
+            {"token": TOKEN if a == 0 else "tok-%d" % a, "queues": items} for a in range(accounts)
+        ]
+        + [{"token": "other-token", "queues": items[:100]}]
+    }
     path = folder / ("writes-%d-%d.json" % (accounts, queues))
     path.write_text(json.dumps(document, indent=2))
     return path
 
 
-def _writes(url: str, seconds: float, stop: Optional[threading.Event] = None, json_server: bool = False,
-            client: int = 0) -> List[float]:
-    """Upsert one queue over one keep-alive connection as fast as answers come, for ``seconds`` (or until
-    ``stop``); json-server: PUT the same item.  Return each write's time in seconds."""
+def _writes(
+    url: str,
+    seconds: float,
+    stop: Optional[threading.Event] = None,
+    json_server: bool = False,
+    client: int = 0,
+) -> List[float]:
+    """Upsert one queue over one keep-alive connection as fast as answers come, for ``seconds`` (or
+    until ``stop``); json-server: PUT the same item.  Return each write's time in seconds."""
     port = int(url.rsplit(":", 1)[1])
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     times: List[float] = []
     deadline = time.monotonic() + seconds
     name = "queue-%06d" % (client + 1)
-    while (stop is None and time.monotonic() < deadline) or (stop is not None and not stop.is_set()):
+    while (stop is None and time.monotonic() < deadline) or (
+        stop is not None and not stop.is_set()
+    ):
         body = {"queueName": name, "parallelism": len(times) % 9 + 1, "paused": False}
         if json_server:
-            body = {"id": name, "createdAt": 1700000000000, "updatedAt": 1700000000000 + len(times), "name": name,
-                    "parallelism": len(times) % 9 + 1, "lag": 0, "paused": False}
+            body = {
+                "id": name,
+                "createdAt": 1700000000000,
+                "updatedAt": 1700000000000 + len(times),
+                "name": name,
+                "parallelism": len(times) % 9 + 1,
+                "lag": 0,
+                "paused": False,
+            }
         started = time.perf_counter()
-        conn.request("PUT" if json_server else "POST", "/queues/" + name if json_server else "/v2/queues",
-                     json.dumps(body), dict(AUTH, **{"Content-Type": "application/json"}))
+        conn.request(
+            "PUT" if json_server else "POST",
+            "/queues/" + name if json_server else "/v2/queues",
+            json.dumps(body),
+            dict(AUTH, **{"Content-Type": "application/json"}),
+        )
         response = conn.getresponse()
         response.read()
         if response.status != 200:
@@ -518,40 +771,75 @@ def _writes(url: str, seconds: float, stop: Optional[threading.Event] = None, js
 
 
 def _clients(url: str, seconds: float, clients: int, json_server: bool = False) -> Result:
-    """``clients`` writers at once for ``seconds``: writes a second, and each write's p50 and p99 (ms)."""
+    """``clients`` writers at once for ``seconds``: writes a second, and each write's p50 and p99
+    (ms)."""
     found: List[List[float]] = [[] for _ in range(clients)]
-    threads = [threading.Thread(target=lambda i=i: found[i].extend(_writes(url, seconds, None, json_server, i)))
-               for i in range(clients)]
+    threads = [
+        threading.Thread(
+            target=lambda i=i: found[i].extend(_writes(url, seconds, None, json_server, i))
+        )
+        for i in range(clients)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     times = sorted(t for each in found for t in each)
-    return Result(len(times) / seconds, times[len(times) // 2] * 1000, times[int(len(times) * 0.99)] * 1000,
-                  len(times))
+    return Result(
+        len(times) / seconds,
+        times[len(times) // 2] * 1000,
+        times[int(len(times) * 0.99)] * 1000,
+        len(times),
+    )
 
 
 class JsonServer:
-    """json-server 0.17 (npm; installed once in .ci-sdk/json-server) on a db.json of the same queues: what a user
-    would pick instead.  It rewrites its file after each write, without fsync or validation."""
+    """json-server 0.17 (npm; installed once in .ci-sdk/json-server) on a db.json of the same
+    queues: what a user would pick instead.  It rewrites its file after each write, without fsync
+    or validation."""
 
     def __init__(self, folder: Path, queues: int) -> None:
         home = ROOT / ".ci-sdk" / "json-server"
         cli = home / "node_modules" / "json-server" / "lib" / "cli" / "bin.js"
         if not cli.exists():
             home.mkdir(parents=True, exist_ok=True)
-            (home / "package.json").write_text("{}")  # its own: npm would install into a package above
-            subprocess.run(["npm", "install", "--silent", "--no-audit", "--no-fund", "json-server@0.17.4"],
-                           cwd=str(home), check=True, capture_output=True)
+            (home / "package.json").write_text(
+                "{}"
+            )  # its own: npm would install into a package above
+            subprocess.run(
+                ["npm", "install", "--silent", "--no-audit", "--no-fund", "json-server@0.17.4"],
+                cwd=str(home),
+                check=True,
+                capture_output=True,
+            )
         db = folder / ("db-%d.json" % queues)
-        db.write_text(json.dumps({"queues": [{"id": "queue-%06d" % i, "createdAt": 1700000000000, "updatedAt":
-                                              1700000000000, "name": "queue-%06d" % i, "parallelism": 1, "lag": 0,
-                                              "paused": False} for i in range(queues)]}, indent=2))
+        db.write_text(
+            json.dumps(
+                {
+                    "queues": [
+                        {
+                            "id": "queue-%06d" % i,
+                            "createdAt": 1700000000000,
+                            "updatedAt": 1700000000000,
+                            "name": "queue-%06d" % i,
+                            "parallelism": 1,
+                            "lag": 0,
+                            "paused": False,
+                        }
+                        for i in range(queues)
+                    ]
+                },
+                indent=2,
+            )
+        )
         with __import__("socket").socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
-        self.proc = subprocess.Popen(SERVER_CPU + ["node", str(cli), "--port", str(self.port), "--quiet", str(db)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            SERVER_CPU + ["node", str(cli), "--port", str(self.port), "--quiet", str(db)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.url = "http://127.0.0.1:%d" % self.port
         deadline = time.monotonic() + 30
         while True:
@@ -568,31 +856,53 @@ class JsonServer:
         self.proc.wait(timeout=15)
 
 
-def write_rows(tmp: Path, sizes: List[int], rounds: int, seconds: float, connections: int, rows: List[str],
-               summary: List[str]) -> None:
-    """--writable: server CPU a write at each size, writes a second (1 and 8 clients) against json-server doing the
-    same upserts, and reads of another account during a write storm, on the writing process and on a second
-    process serving the same file, against reads without it."""
+def write_rows(
+    tmp: Path,
+    sizes: List[int],
+    rounds: int,
+    seconds: float,
+    connections: int,
+    rows: List[str],
+    summary: List[str],
+) -> None:
+    """--writable: server CPU a write at each size, writes a second (1 and 8 clients) against
+    json-server doing the same upserts, and reads of another account during a write storm, on the
+    writing process and on a second process serving the same file, against reads without it."""
     node = shutil.which("node") and shutil.which("npm")
-    rows += ["| file | server CPU ms a write | writes/s, 1 client | 8 clients | json-server 1 / 8 | ratio 1 / 8 | "
-             "p50 / p99 ms, 1 client | 8 clients | json-server 8 |", "|---|---|---|---|---|---|---|---|---|"]
+    rows += [
+        "| file | server CPU ms a write | writes/s, 1 client | 8 clients | json-server 1 / 8 | "
+        "ratio 1 / 8 | "
+        "p50 / p99 ms, 1 client | 8 clients | json-server 8 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     cases = [(size, 1) for size in sizes] + [(100, 1000)]
     cpu_at: Dict[Tuple[int, int], float] = {}
     for size, accounts in cases:
         data = write_file(tmp, size, accounts)
-        label = "%d accounts x %d queues (%s)" % (accounts, size, store.megabytes(data.stat().st_size)) \
-            if accounts > 1 else "%d queues (%s)" % (size, store.megabytes(data.stat().st_size))
-        writer = Server([sys.executable, "app.py", "--port", "0", "--data", str(data), "--quiet", "--writable"])
+        label = (
+            "%d accounts x %d queues (%s)" % (accounts, size, store.megabytes(data.stat().st_size))
+            if accounts > 1
+            else "%d queues (%s)" % (size, store.megabytes(data.stat().st_size))
+        )
+        writer = Server(
+            [sys.executable, "app.py", "--port", "0", "--data", str(data), "--quiet", "--writable"]
+        )
         rival = JsonServer(tmp, size * accounts) if node and accounts == 1 else None
         try:
             _writes(writer.url, 0.5)  # the first write after a load encodes every line once
             cpus, ours, theirs = [], {1: [], 8: []}, {1: [], 8: []}  # type: ignore[var-annotated]
             for i in range(max(3, rounds // 3)):
                 for clients in (1, 8):
-                    pair: List[Callable[[], Result]] = [functools.partial(_clients, writer.url, seconds, clients)]
+                    pair: List[Callable[[], Result]] = [
+                        functools.partial(_clients, writer.url, seconds, clients)
+                    ]
                     if rival is not None:
-                        pair.append(functools.partial(_clients, rival.url, seconds, clients, json_server=True))
-                    for k in (range(len(pair)) if i % 2 == 0 else reversed(range(len(pair)))):
+                        pair.append(
+                            functools.partial(
+                                _clients, rival.url, seconds, clients, json_server=True
+                            )
+                        )
+                    for k in range(len(pair)) if i % 2 == 0 else reversed(range(len(pair))):
                         before = writer.cpu_seconds() if k == 0 else None
                         result = pair[k]()
                         if k == 0:
@@ -604,38 +914,66 @@ def write_rows(tmp: Path, sizes: List[int], rounds: int, seconds: float, connect
                             theirs[clients].append(result)
             med = statistics.median
             cpu_at[size, accounts] = med(cpus)
-            rival_cells = ("%.0f / %.0f" % (med(r.rps for r in theirs[1]), med(r.rps for r in theirs[8])),
-                           "**%.2f / %.2f**" % tuple(med(a.rps / b.rps for a, b in zip(ours[c], theirs[c]))
-                                                    for c in (1, 8)),
-                           "%.1f / %.1f" % (med(r.p50 for r in theirs[8]), med(r.p99 for r in theirs[8]))) \
-                if theirs[1] else ("-", "-", "-")
-            rows.append("| %s | %.2f | %.0f | %.0f | %s | %s | %.1f / %.1f | %.1f / %.1f | %s |" % (
-                label, cpu_at[size, accounts], med(r.rps for r in ours[1]), med(r.rps for r in ours[8]),
-                rival_cells[0], rival_cells[1], med(r.p50 for r in ours[1]), med(r.p99 for r in ours[1]),
-                med(r.p50 for r in ours[8]), med(r.p99 for r in ours[8]), rival_cells[2]))
+            rival_cells = (
+                (
+                    "%.0f / %.0f" % (med(r.rps for r in theirs[1]), med(r.rps for r in theirs[8])),
+                    "**%.2f / %.2f**"
+                    % tuple(med(a.rps / b.rps for a, b in zip(ours[c], theirs[c])) for c in (1, 8)),
+                    "%.1f / %.1f" % (med(r.p50 for r in theirs[8]), med(r.p99 for r in theirs[8])),
+                )
+                if theirs[1]
+                else ("-", "-", "-")
+            )
+            rows.append(
+                "| %s | %.2f | %.0f | %.0f | %s | %s | %.1f / %.1f | %.1f / %.1f | %s |"
+                % (
+                    label,
+                    cpu_at[size, accounts],
+                    med(r.rps for r in ours[1]),
+                    med(r.rps for r in ours[8]),
+                    rival_cells[0],
+                    rival_cells[1],
+                    med(r.p50 for r in ours[1]),
+                    med(r.p99 for r in ours[1]),
+                    med(r.p50 for r in ours[8]),
+                    med(r.p99 for r in ours[8]),
+                    rival_cells[2],
+                )
+            )
             if accounts == 1 and size == max(sizes):
                 storm_rows(writer, data, rounds, seconds, connections, summary)
-            summary.append("%s: another process's reload after one write %.1f ms, a whole parse %.1f ms (CPU, median "
-                           "of %d)" % ((label,) + reload_after_write(data, rounds)))
+            summary.append(
+                "%s: another process's reload after one write %.1f ms, a whole parse %.1f ms (CPU, "
+                "median "
+                "of %d)" % ((label,) + reload_after_write(data, rounds))
+            )
         finally:
             writer.close()
             if rival is not None:
                 rival.close()
     base = cpu_at[min(sizes), 1]
-    summary.append("server CPU a write: " + ", ".join("%s %.2f ms (%.1fx)" % (
-        "%dx%d" % (a, s) if a > 1 else "%d queues" % s, cpu, cpu / base) for (s, a), cpu in cpu_at.items())
-        + "; json-server: %s" % ("measured beside ours" if node else "skipped: no node and npm here"))
+    summary.append(
+        "server CPU a write: "
+        + ", ".join(
+            "%s %.2f ms (%.1fx)" % ("%dx%d" % (a, s) if a > 1 else "%d queues" % s, cpu, cpu / base)
+            for (s, a), cpu in cpu_at.items()
+        )
+        + "; json-server: %s"
+        % ("measured beside ours" if node else "skipped: no node and npm here")
+    )
     rows.append("")
 
 
 def reload_after_write(data: Path, rounds: int) -> Tuple[float, float, int]:
-    """CPU ms of a second DataFile's reload after one write through the first (what another process pays), against
-    a whole parse of the same file; in this process, as two servers would."""
+    """CPU ms of a second DataFile's reload after one write through the first (what another process
+    pays), against a whole parse of the same file; in this process, as two servers would."""
     digest = hashlib.sha256(TOKEN.encode()).digest()
     writer, reader = (store.DataFile(str(data), None, 3600, writable=True) for _ in range(2))
     reloads, parses = [], []
     for i in range(rounds):
-        writer.update(digest, "queues", "queue-000001", store.upsert_queue, "queue-000001", i % 9 + 1, None)
+        writer.update(
+            digest, "queues", "queue-000001", store.upsert_queue, "queue-000001", i % 9 + 1, None
+        )
         started = time.process_time()
         assert reader.refresh()
         reloads.append((time.process_time() - started) * 1000)
@@ -647,13 +985,17 @@ def reload_after_write(data: Path, rounds: int) -> Tuple[float, float, int]:
     return statistics.median(reloads), statistics.median(parses), rounds
 
 
-def storm_rows(writer: Server, data: Path, rounds: int, seconds: float, connections: int,
-               summary: List[str]) -> None:
-    """Reads of another account while one client writes without pause, against reads without it, on the writing
-    process and on a second process serving the same file."""
-    second = Server([sys.executable, "app.py", "--port", "0", "--data", str(data), "--quiet", "--writable"])
+def storm_rows(
+    writer: Server, data: Path, rounds: int, seconds: float, connections: int, summary: List[str]
+) -> None:
+    """Reads of another account while one client writes without pause, against reads without it, on
+    the writing process and on a second process serving the same file."""
+    second = Server(
+        [sys.executable, "app.py", "--port", "0", "--data", str(data), "--quiet", "--writable"]
+    )
     try:
         for where, reader in (("the writing process", writer), ("a second process", second)):
+
             def storm(reader: Server = reader) -> Result:
                 stop = threading.Event()
                 thread = threading.Thread(target=_writes, args=(writer.url, seconds, stop))
@@ -665,45 +1007,84 @@ def storm_rows(writer: Server, data: Path, rounds: int, seconds: float, connecti
                     thread.join()
 
             table: List[str] = []
-            ratio, _ = compare("reads on %s" % where, storm, functools.partial(
-                measure, reader, "/v2/queues", OTHER, seconds, connections), rounds, table, "write storm", "none")
+            ratio, _ = compare(
+                "reads on %s" % where,
+                storm,
+                functools.partial(measure, reader, "/v2/queues", OTHER, seconds, connections),
+                rounds,
+                table,
+                "write storm",
+                "none",
+            )
             p99 = [float(row.split("|")[5]) for row in table[:2]]
-            summary.append("another account's reads on %s during a write storm / without: requests/s %.2f, p99 %.2f "
-                           "/ %.2f ms (%.1fx)" % (where, ratio, p99[0], p99[1], p99[0] / p99[1]))
+            summary.append(
+                "another account's reads on %s during a write storm / without: requests/s %.2f, "
+                "p99 %.2f "
+                "/ %.2f ms (%.1fx)" % (where, ratio, p99[0], p99[1], p99[0] / p99[1])
+            )
     finally:
         second.close()
 
 
-def memory_rows(tmp: Path, rows: List[str], summary: List[str], accounts: int = 50000, reloads: int = 20) -> None:
-    """A process's resident memory at start and after ``reloads`` reloads of a file of many small accounts:
-    the reloader thread builds each snapshot, and glibc gives that thread an arena of its own, which
-    keeps what it freed.  MALLOC_ARENA_MAX=2 is measured beside the default (docs/performance.md)."""
-    document = {"accounts": [{"token": "t%d" % i, "queues": [{"createdAt": 1, "updatedAt": 1, "name": "q",
-                                                              "parallelism": 1, "lag": 0}]} for i in range(accounts)]}
+def memory_rows(
+    tmp: Path, rows: List[str], summary: List[str], accounts: int = 50000, reloads: int = 20
+) -> None:
+    """A process's resident memory at start and after ``reloads`` reloads of a file of many small
+    accounts: the reloader thread builds each snapshot, and glibc gives that thread an arena of
+    its own, which keeps what it freed.  MALLOC_ARENA_MAX=2 is measured beside the default
+    (docs/performance.md)."""
+    document = {
+        "accounts": [
+            {
+                "token": "t%d" % i,
+                "queues": [
+                    {"createdAt": 1, "updatedAt": 1, "name": "q", "parallelism": 1, "lag": 0}
+                ],
+            }
+            for i in range(accounts)
+        ]
+    }
     path = tmp / "accounts.json"
     path.write_text(json.dumps(document))
-    code = ("import app, sys, time\n"
-            "def rss():\n"
-            "    return next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmRSS')) // 1024\n"
-            "data = app.open_data(sys.argv[1], None, interval=3600)\n"
-            "seen = [rss()]\n"
-            "for n in range(1, %d + 1):\n"
-            "    before = data.status().loaded_at\n"
-            "    data.wake()\n"
-            "    while data.status().loaded_at == before:\n"
-            "        time.sleep(0.01)\n"
-            "    if n in (1, 5, %d):\n"
-            "        seen.append(rss())\n"
-            "print(*seen)\n" % (reloads, reloads))
-    rows += ["| %d accounts (%d MB file) | RSS at start, MB | after 1 reload | after 5 | after %d |" % (
-        accounts, path.stat().st_size >> 20, reloads), "|---|---|---|---|---|"]
-    for label, env in (("default", {}), ("MALLOC_ARENA_MAX=2", {"MALLOC_ARENA_MAX": "2"}),
-                       ("PYTHONMALLOC=malloc", {"PYTHONMALLOC": "malloc"})):
-        out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=str(ROOT),
-                             env=dict(os.environ, **env), timeout=600).stdout.split()
+    code = (
+        "import app, sys, time\n"
+        "def rss():\n"
+        "    return next(int(l.split()[1]) for l in open('/proc/self/status') if "
+        "l.startswith('VmRSS')) // 1024\n"
+        "data = app.open_data(sys.argv[1], None, interval=3600)\n"
+        "seen = [rss()]\n"
+        "for n in range(1, %d + 1):\n"
+        "    before = data.status().loaded_at\n"
+        "    data.wake()\n"
+        "    while data.status().loaded_at == before:\n"
+        "        time.sleep(0.01)\n"
+        "    if n in (1, 5, %d):\n"
+        "        seen.append(rss())\n"
+        "print(*seen)\n" % (reloads, reloads)
+    )
+    rows += [
+        "| %d accounts (%d MB file) | RSS at start, MB | after 1 reload | after 5 | after %d |"
+        % (accounts, path.stat().st_size >> 20, reloads),
+        "|---|---|---|---|---|",
+    ]
+    for label, env in (
+        ("default", {}),
+        ("MALLOC_ARENA_MAX=2", {"MALLOC_ARENA_MAX": "2"}),
+        ("PYTHONMALLOC=malloc", {"PYTHONMALLOC": "malloc"}),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(path)],
+            capture_output=True,
+            text=True,
+            cwd=str(ROOT),
+            env=dict(os.environ, **env),
+            timeout=600,
+        ).stdout.split()
         rows.append("| %s | %s |" % (label, " | ".join(out)))
-        summary.append("memory, %d accounts, %s: %s MB at start, %s MB after %d reloads" % (accounts, label, out[0],
-                                                                                          out[-1], reloads))
+        summary.append(
+            "memory, %d accounts, %s: %s MB at start, %s MB after %d reloads"
+            % (accounts, label, out[0], out[-1], reloads)
+        )
     rows.append("")
 
 
@@ -712,28 +1093,53 @@ def rss_mb(pid: int, field: str = "VmRSS") -> float:
         return next(int(line.split()[1]) for line in status if line.startswith(field + ":")) / 1024
 
 
-def junk_rows(tmp: Path, rounds: int, seconds: float, connections: int, rows: List[str],
-              summary: List[str]) -> None:
+def junk_rows(
+    tmp: Path, rounds: int, seconds: float, connections: int, rows: List[str], summary: List[str]
+) -> None:
     """What a query of 500 fields costs the server, against one with one such field."""
     data = write_data(tmp, 100)
     item = "/v2/queues/queue-000050?"
     cases = [  # name, junk path, plain path, whether both are refused (401)
-        ("500 x qstash_token=x", item + "&".join(["qstash_token=x"] * 500), item + "qstash_token=x", True),
-        ("500 x the right qstash_token", item + "&".join(["qstash_token=" + TOKEN] * 500),
-         item + "qstash_token=" + TOKEN, False),
-        ("500 unknown fields", item + "&".join("x%d=%d" % (i, i) for i in range(500)) + "&qstash_token=" + TOKEN,
-         item + "qstash_token=" + TOKEN, False),
+        (
+            "500 x qstash_token=x",
+            item + "&".join(["qstash_token=x"] * 500),
+            item + "qstash_token=x",
+            True,
+        ),
+        (
+            "500 x the right qstash_token",
+            item + "&".join(["qstash_token=" + TOKEN] * 500),
+            item + "qstash_token=" + TOKEN,
+            False,
+        ),
+        (
+            "500 unknown fields",
+            item + "&".join("x%d=%d" % (i, i) for i in range(500)) + "&qstash_token=" + TOKEN,
+            item + "qstash_token=" + TOKEN,
+            False,
+        ),
     ]
     for quiet in (True, False):
         server = service(data, int(app.SETTINGS["threads"].default or 8), quiet=quiet)
         try:
+
             def drive(path: str, refused: bool, server: Server = server) -> Callable[[], Result]:
                 return lambda: measure(server, path, {}, seconds, connections, refused)
+
             for name, junk, plain, refused in cases:
-                _, cost = compare("junk query, log %s: %s" % ("off" if quiet else "on", name), drive(junk, refused),
-                                  drive(plain, refused), rounds, rows, "junk", "plain")
-                summary.append("server CPU per request, %s / one such field (log %s): %.2f (target <= 2)"
-                               % (name, "off" if quiet else "on", 1 / cost if cost else float("nan")))
+                _, cost = compare(
+                    "junk query, log %s: %s" % ("off" if quiet else "on", name),
+                    drive(junk, refused),
+                    drive(plain, refused),
+                    rounds,
+                    rows,
+                    "junk",
+                    "plain",
+                )
+                summary.append(
+                    "server CPU per request, %s / one such field (log %s): %.2f (target <= 2)"
+                    % (name, "off" if quiet else "on", 1 / cost if cost else float("nan"))
+                )
         finally:
             server.close()
     rows.append("")
@@ -745,7 +1151,9 @@ def hostile_rows(tmp: Path, rows: List[str], summary: List[str]) -> None:
 
     data = write_data(tmp, 100)
     big = write_data(tmp, 2500)  # a 285 KB list
-    request = b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n\r\n" % TOKEN.encode()
+    request = (
+        b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n\r\n" % TOKEN.encode()
+    )
     server = service(big, int(app.SETTINGS["threads"].default or 8))
     try:
         before = rss_mb(server.proc.pid)
@@ -769,17 +1177,26 @@ def hostile_rows(tmp: Path, rows: List[str], summary: List[str]) -> None:
             sock.close()
     finally:
         server.close()
-    rows.append("| 900 connections, each pipelining 200 requests for a 285 KB list and never reading | value |")
+    rows.append(
+        "| 900 connections, each pipelining 200 requests for a 285 KB list and never reading | "
+        "value |"
+    )
     rows.append("|---|---|")
     rows.append("| server RSS before | %.0f MB |" % before)
     rows.append("| server peak RSS with them connected | %.0f MB |" % peak)
-    rows.append("| a fresh client's request sent with theirs | %d in %.0f ms (behind the %.1f s of CPU their requests "
-                "cost) |" % (status, fresh, cpu))
+    rows.append(
+        "| a fresh client's request sent with theirs | %d in %.0f ms (behind the %.1f s of CPU "
+        "their requests "
+        "cost) |" % (status, fresh, cpu)
+    )
     rows.append("| a fresh client's request 3 s later | %d in %.0f ms |" % (later, after))
     rows.append("")
-    summary.append("900 never-reading pipeliners: peak RSS %.0f MB (target < 300); a fresh client answered %d in "
-                   "%.0f ms while their requests were served, %d in %.0f ms after"
-                   % (peak, status, fresh, later, after))
+    summary.append(
+        "900 never-reading pipeliners: peak RSS %.0f MB (target < 300); a fresh client answered %d "
+        "in "
+        "%.0f ms while their requests were served, %d in %.0f ms after"
+        % (peak, status, fresh, later, after)
+    )
 
     server = service(data, int(app.SETTINGS["threads"].default or 8))
     try:
@@ -794,10 +1211,18 @@ def hostile_rows(tmp: Path, rows: List[str], summary: List[str]) -> None:
         server.close()
     rows.append("| idle and trickling connections | value |")
     rows.append("|---|---|")
-    rows.append("| %d idle ones (the connection limit): a fresh client waits for the server to close them | %d "
-                "after %.1f s (channel_timeout %d s, cleanup_interval %d s) |"
-                % (limit, status, waited, app.WAITRESS_SETTINGS["channel_timeout"],
-                   app.WAITRESS_SETTINGS["cleanup_interval"]))
+    rows.append(
+        "| %d idle ones (the connection limit): a fresh client waits for the server to close them "
+        "| %d "
+        "after %.1f s (channel_timeout %d s, cleanup_interval %d s) |"
+        % (
+            limit,
+            status,
+            waited,
+            app.WAITRESS_SETTINGS["channel_timeout"],
+            app.WAITRESS_SETTINGS["cleanup_interval"],
+        )
+    )
     summary.append("%d idle connections: a fresh client answered after %.1f s" % (limit, waited))
 
     server = service(data, int(app.SETTINGS["threads"].default or 8))
@@ -817,18 +1242,22 @@ def hostile_rows(tmp: Path, rows: List[str], summary: List[str]) -> None:
         sock.close()
     finally:
         server.close()
-    rows.append("| a client sending one byte a second | still connected after %d s (channel_timeout %d s) |"
-                % (open_for, app.WAITRESS_SETTINGS["channel_timeout"]))
+    rows.append(
+        "| a client sending one byte a second | still connected after %d s (channel_timeout %d s) |"
+        % (open_for, app.WAITRESS_SETTINGS["channel_timeout"])
+    )
     rows.append("")
     summary.append("a trickling client: still connected after %d s" % open_for)
 
 
 def tree_cpu_seconds(pid: int) -> float:
-    """The CPU time of process ``pid`` and its children (gunicorn's master and workers), Linux only."""
+    """The CPU time of process ``pid`` and its children (gunicorn's master and workers)."""
     pids = [pid]
     for entry in os.listdir("/proc"):
         try:
-            if entry.isdigit() and open("/proc/%s/stat" % entry).read().rsplit(")", 1)[1].split()[1] == str(pid):
+            if entry.isdigit() and open("/proc/%s/stat" % entry).read().rsplit(")", 1)[1].split()[
+                1
+            ] == str(pid):
                 pids.append(int(entry))
         except OSError:
             pass
@@ -843,10 +1272,12 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
-def gunicorn_rows(tmp: Path, rounds: int, seconds: float, connections: int, rows: List[str],
-                  summary: List[str]) -> None:
+def gunicorn_rows(
+    tmp: Path, rounds: int, seconds: float, connections: int, rows: List[str], summary: List[str]
+) -> None:
     """The documented gunicorn recipe (docs/deploying.md; two workers) against one waitress process,
-    with CPU per request over each process tree: both on core 0 with the load on core 1, then unpinned."""
+    with CPU per request over each process tree: both on core 0 with the load on core 1, then
+    unpinned."""
     import socket
 
     data = write_data(tmp, 100)
@@ -855,9 +1286,16 @@ def gunicorn_rows(tmp: Path, rounds: int, seconds: float, connections: int, rows
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             port = sock.getsockname()[1]
-        proc = subprocess.Popen((SERVER_CPU if pin else []) + documented("gunicorn", port), env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(tmp))
-        single = Server([sys.executable, "app.py", "--port", "0", "--data", str(data), "--quiet"], pin=pin)
+        proc = subprocess.Popen(
+            (SERVER_CPU if pin else []) + documented("gunicorn", port),
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=str(tmp),
+        )
+        single = Server(
+            [sys.executable, "app.py", "--port", "0", "--data", str(data), "--quiet"], pin=pin
+        )
         try:
             url = "http://127.0.0.1:%d" % port
             for _ in range(100):
@@ -874,12 +1312,22 @@ def gunicorn_rows(tmp: Path, rounds: int, seconds: float, connections: int, rows
                     if result.requests:
                         result.cpu_us = (tree_cpu_seconds(pid) - before) / result.requests * 1e6
                     return result
+
                 return run
-            ratio, cost = compare("100 queues, " + placement, drive(url, proc.pid),
-                                  drive(single.url, single.proc.pid), rounds, rows,
-                                  "gunicorn recipe", "one waitress process")
-            summary.append("gunicorn recipe / one waitress process, %s: requests/s %.2f, CPU per request "
-                           "(waitress / gunicorn) %s" % (placement, ratio, "%.2f" % cost if cost else "-"))
+
+            ratio, cost = compare(
+                "100 queues, " + placement,
+                drive(url, proc.pid),
+                drive(single.url, single.proc.pid),
+                rounds,
+                rows,
+                "gunicorn recipe",
+                "one waitress process",
+            )
+            summary.append(
+                "gunicorn recipe / one waitress process, %s: requests/s %.2f, CPU per request "
+                "(waitress / gunicorn) %s" % (placement, ratio, "%.2f" % cost if cost else "-")
+            )
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -894,13 +1342,18 @@ TABLE = [
     ("`waitress-serve` (docs/deploying.md)", "waitress-serve"),
     ("gunicorn gthread, 2 workers × 4 threads (docs/deploying.md)", "gunicorn"),
     ("uWSGI `--http` router, 2 processes (not recommended: deploying.md)", "uwsgi router"),
-    ("**uWSGI `--http11-socket`, 2 processes × 32 threads (docs/deploying.md: the throughput recipe)**",
-     "uwsgi"),
+    (
+        "**uWSGI `--http11-socket`, 2 processes × 32 threads (docs/deploying.md: the throughput "
+        "recipe)**",
+        "uwsgi",
+    ),
     ("nginx, the same bytes as a static file (the ceiling)", "nginx"),
 ]
 #: The uWSGI line docs/deploying.md gave before the throughput recipe, for comparison.
-UWSGI_ROUTER = ("uwsgi --http 127.0.0.1:8080 --master --processes 2 --enable-threads --die-on-term --need-app "
-                "--module app:make_app()")
+UWSGI_ROUTER = (
+    "uwsgi --http 127.0.0.1:8080 --master --processes 2 --enable-threads --die-on-term --need-app "
+    "--module app:make_app()"
+)
 STATIC = """daemon off;
 worker_processes 1;
 pid {tmp}/nginx.pid;
@@ -927,14 +1380,18 @@ http {{
 
 
 def documented(program: str, port: int) -> List[str]:
-    """docs/deploying.md's ``QSTASH_TOKEN=... program ...`` line, on ``port``, runnable from this venv."""
+    """docs/deploying.md's ``QSTASH_TOKEN=... program ...`` line, on ``port``, runnable from this
+    venv."""
     import shlex
 
     if program == "uwsgi router":
         line = UWSGI_ROUTER
     else:
-        match = re.search(r"^QSTASH_TOKEN=\.\.\. (?:\.venv/bin/)?(%s .*)$" % re.escape(program),
-                          (ROOT / "docs" / "deploying.md").read_text(), re.M)
+        match = re.search(
+            r"^QSTASH_TOKEN=\.\.\. (?:\.venv/bin/)?(%s .*)$" % re.escape(program),
+            (ROOT / "docs" / "deploying.md").read_text(),
+            re.M,
+        )
         assert match, "no %r line in docs/deploying.md" % program
         line = match.group(1)
     args = shlex.split(re.sub(r"127\.0\.0\.1:80\d\d", "127.0.0.1:%d" % port, line))
@@ -943,7 +1400,9 @@ def documented(program: str, port: int) -> List[str]:
     return [sys.executable, "-m", "waitress" if args[0] == "waitress-serve" else args[0]] + args[1:]
 
 
-def start_server(program: Optional[str], data: Path, body: Optional[bytes], tmp: Path) -> Tuple[Any, str]:
+def start_server(
+    program: Optional[str], data: Path, body: Optional[bytes], tmp: Path
+) -> Tuple[Any, str]:
     """Start one of TABLE's servers on core 0 (``python app.py`` for None); return its process and
     URL once it answers (``body``, where given: the nginx ceiling serves those bytes)."""
     import socket
@@ -961,11 +1420,22 @@ def start_server(program: Optional[str], data: Path, body: Optional[bytes], tmp:
         for folder in (tmp, static, static / "static", static / "static" / "v2"):
             folder.chmod(0o755)  # nginx's worker may run as another user
         (static / "nginx.conf").write_text(STATIC.format(tmp=static, port=port))
-        command = [shutil.which("nginx") or "/usr/sbin/nginx", "-p", str(static), "-c", str(static / "nginx.conf")]
+        command = [
+            shutil.which("nginx") or "/usr/sbin/nginx",
+            "-p",
+            str(static),
+            "-c",
+            str(static / "nginx.conf"),
+        ]
     else:
         command = documented(program, port)
-    proc = subprocess.Popen(SERVER_CPU + command, env=env, cwd=str(ROOT), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        SERVER_CPU + command,
+        env=env,
+        cwd=str(ROOT),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = "http://127.0.0.1:%d" % port
     deadline = time.monotonic() + 60
     while True:
@@ -981,8 +1451,15 @@ def start_server(program: Optional[str], data: Path, body: Optional[bytes], tmp:
         time.sleep(0.1)
 
 
-def table_rows(tmp: Path, sizes: List[int], rounds: int, seconds: float, connections: int, rows: List[str],
-               summary: List[str]) -> None:
+def table_rows(
+    tmp: Path,
+    sizes: List[int],
+    rounds: int,
+    seconds: float,
+    connections: int,
+    rows: List[str],
+    summary: List[str],
+) -> None:
     """Every documented server and the nginx ceiling, each round measuring all of them in a rotating
     order: requests/s and CPU per request over each process tree, as ratios to python app.py and to
     the ceiling in the same round."""
@@ -1001,43 +1478,72 @@ def table_rows(tmp: Path, sizes: List[int], rounds: int, seconds: float, connect
             results: List[List[Result]] = [[] for _ in servers]
             for i in range(rounds):
                 order = list(range(len(servers)))
-                order = order[i % len(order):] + order[:i % len(order)]
+                order = order[i % len(order) :] + order[: i % len(order)]
                 for j in order:
                     _, proc, url = servers[j]
                     before = tree_cpu_seconds(proc.pid)
                     result = _wrk(url + "/v2/queues", AUTH, seconds, connections, closing=True)
-                    result.cpu_us = (tree_cpu_seconds(proc.pid) - before) / max(1, result.requests) * 1e6
+                    result.cpu_us = (
+                        (tree_cpu_seconds(proc.pid) - before) / max(1, result.requests) * 1e6
+                    )
                     results[j].append(result)
         finally:
             for _, proc, _ in servers:
                 proc.terminate()
                 proc.wait(timeout=30)
-        rows.append("| %d queues (%d bytes), %d rounds | requests/s | server CPU µs/request | requests/s ÷ "
-                    "python app.py | CPU/request ÷ python app.py | requests/s ÷ ceiling |" % (size, len(body or b""),
-                                                                                                rounds))
+        rows.append(
+            "| %d queues (%d bytes), %d rounds | requests/s | server CPU µs/request | requests/s ÷ "
+            "python app.py | CPU/request ÷ python app.py | requests/s ÷ ceiling |"
+            % (size, len(body or b""), rounds)
+        )
         rows.append("|---|---|---|---|---|---|")
         for (name, _, _), mine in zip(servers, results):
             speed = statistics.median(a.rps / b.rps for a, b in zip(mine, results[0]))
-            cost = statistics.median((a.cpu_us or 0) / (b.cpu_us or 1) for a, b in zip(mine, results[0]))
+            cost = statistics.median(
+                (a.cpu_us or 0) / (b.cpu_us or 1) for a, b in zip(mine, results[0])
+            )
             ceiling = statistics.median(a.rps / b.rps for a, b in zip(mine, results[-1]))
-            rows.append("| %s | %.0f | %.1f | %.2f | %.2f | %.2f |" % (
-                name, statistics.median(r.rps for r in mine), statistics.median(r.cpu_us or 0 for r in mine),
-                speed, cost, ceiling))
-            summary.append("%d queues, %s: requests/s %.2f of python app.py's, CPU per request %.2f of its, "
-                           "%.2f of the ceiling" % (size, name, speed, cost, ceiling))
+            rows.append(
+                "| %s | %.0f | %.1f | %.2f | %.2f | %.2f |"
+                % (
+                    name,
+                    statistics.median(r.rps for r in mine),
+                    statistics.median(r.cpu_us or 0 for r in mine),
+                    speed,
+                    cost,
+                    ceiling,
+                )
+            )
+            summary.append(
+                "%d queues, %s: requests/s %.2f of python app.py's, CPU per request %.2f of its, "
+                "%.2f of the ceiling" % (size, name, speed, cost, ceiling)
+            )
         rows.append("")
 
 
 def reload_rows(tmp: Path, reloads: int, rows: List[str], summary: List[str]) -> None:
-    """The longest wait of a small account's keep-alive requests while a 100,000-queue account reloads."""
+    """The longest wait of a small account's keep-alive requests while a 100,000-queue account
+    reloads."""
     import signal as signals
 
-    big = [{"createdAt": 1700000000000 + i, "updatedAt": 1700000000000 + i, "name": "queue-%06d" % i,
-            "parallelism": 1, "lag": i % 1000} for i in range(100000)]
+    big = [
+        {
+            "createdAt": 1700000000000 + i,
+            "updatedAt": 1700000000000 + i,
+            "name": "queue-%06d" % i,
+            "parallelism": 1,
+            "lag": i % 1000,
+        }
+        for i in range(100000)
+    ]
 
     def write(n: int) -> bytes:
-        small = {"token": "small", "queues": [{"createdAt": 1, "updatedAt": 1, "name": "v%d" % n,
-                                                "parallelism": 1, "lag": 0}]}
+        small = {
+            "token": "small",
+            "queues": [
+                {"createdAt": 1, "updatedAt": 1, "name": "v%d" % n, "parallelism": 1, "lag": 0}
+            ],
+        }
         raw = json.dumps({"accounts": [small, {"token": TOKEN, "queues": big}]}).encode()
         (tmp / "reload.tmp").write_bytes(raw)
         os.replace(tmp / "reload.tmp", tmp / "reload.json")
@@ -1059,7 +1565,9 @@ def reload_rows(tmp: Path, reloads: int, rows: List[str], summary: List[str]) ->
             if kind == "noticed":
                 write(n)
             else:
-                write(n)  # a new version, and SIGHUP at once: the reloader need not wait for its look
+                write(
+                    n
+                )  # a new version, and SIGHUP at once: the reloader need not wait for its look
                 server.proc.send_signal(signals.SIGHUP)
             longest = 0.0
             deadline = time.monotonic() + 30
@@ -1079,24 +1587,37 @@ def reload_rows(tmp: Path, reloads: int, rows: List[str], summary: List[str]) ->
             results[kind].append(longest)
     finally:
         server.close()
-    rows.append("| reload of a 100,000-queue account (%.1f MB) | json.loads of it, ms | longest wait of a "
-                "small account's request, ms (median of %d) | ratio |" % (len(raw) / 1e6, reloads))
+    rows.append(
+        "| reload of a 100,000-queue account (%.1f MB) | json.loads of it, ms | longest wait of a "
+        "small account's request, ms (median of %d) | ratio |" % (len(raw) / 1e6, reloads)
+    )
     rows.append("|---|---|---|---|")
     for kind, waits in results.items():
         wait = statistics.median(waits)
-        rows.append("| %s | %.0f | %.0f (each: %s) | %.2f |" % (
-            "change noticed by the reloader" if kind == "noticed" else "SIGHUP", parse * 1000, wait * 1000,
-            " ".join("%.0f" % (w * 1000) for w in waits), wait / parse))
-        summary.append("reload (%s): longest wait %.0f ms / json.loads %.0f ms = %.2f (target <= 1.5)"
-                       % (kind, wait * 1000, parse * 1000, wait / parse))
+        rows.append(
+            "| %s | %.0f | %.0f (each: %s) | %.2f |"
+            % (
+                "change noticed by the reloader" if kind == "noticed" else "SIGHUP",
+                parse * 1000,
+                wait * 1000,
+                " ".join("%.0f" % (w * 1000) for w in waits),
+                wait / parse,
+            )
+        )
+        summary.append(
+            "reload (%s): longest wait %.0f ms / json.loads %.0f ms = %.2f (target <= 1.5)"
+            % (kind, wait * 1000, parse * 1000, wait / parse)
+        )
     rows.append("")
 
 
 def item_rows(tmp: Path, rounds: int, big: int, rows: List[str], summary: List[str]) -> None:
     """Time one GET of an item against one of the list, in-process, at 10 and 10,000 queues;
     then the memory that per-item bodies add at ``big`` queues."""
-    rows.append("| in-process, µs per request (median of %d rounds of 2,000) | list | get one item | "
-                "get / list |" % rounds)
+    rows.append(
+        "| in-process, µs per request (median of %d rounds of 2,000) | list | get one item | "
+        "get / list |" % rounds
+    )
     rows.append("|---|---|---|---|")
     gets = {}
     for size in (10, 10000):
@@ -1106,9 +1627,13 @@ def item_rows(tmp: Path, rounds: int, big: int, rows: List[str], summary: List[s
         samples: List[Tuple[float, float]] = [(timers[0](), timers[1]()) for _ in range(rounds)]
         listed = statistics.median(t[0] for t in samples)
         gets[size] = statistics.median(t[1] for t in samples)
-        rows.append("| %d queues | %.2f | %.2f | %.3f |" % (size, listed, gets[size], gets[size] / listed))
-    summary.append("get one item: %.2f µs at 10 queues, %.2f µs at 10,000 (ratio %.2f)"
-                   % (gets[10], gets[10000], gets[10000] / gets[10]))
+        rows.append(
+            "| %d queues | %.2f | %.2f | %.3f |" % (size, listed, gets[size], gets[size] / listed)
+        )
+    summary.append(
+        "get one item: %.2f µs at 10 queues, %.2f µs at 10,000 (ratio %.2f)"
+        % (gets[10], gets[10000], gets[10000] / gets[10])
+    )
     path = write_data(tmp, big)
     code = """
 import gc, app
@@ -1124,21 +1649,27 @@ for queue in account.queues:
     snapshot.body(account, "/v2/queues", queue.name)
 print(before, rss(), len(snapshot.bodies))
 """ % str(path)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=str(ROOT)).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=str(ROOT)
+    ).stdout.split()
     before, after, count = float(out[0]), float(out[1]), int(out[2])
     rows.append("")
     rows.append("| %d queues, server memory (RSS, MB) | value |" % big)
     rows.append("|---|---|")
     rows.append("| loaded, lists encoded, no item body yet | %.0f |" % before)
-    rows.append("| after every one of the %d items was asked for once | %.0f (+%.0f, %.0f bytes an item) |"
-                % (count, after, after - before, (after - before) * 1024 * 1024 / count))
-    summary.append("per-item bodies at %d queues: RSS %.0f MB before, %.0f MB with every item's body"
-                   % (big, before, after))
+    rows.append(
+        "| after every one of the %d items was asked for once | %.0f (+%.0f, %.0f bytes an item) |"
+        % (count, after, after - before, (after - before) * 1024 * 1024 / count)
+    )
+    summary.append(
+        "per-item bodies at %d queues: RSS %.0f MB before, %.0f MB with every item's body"
+        % (big, before, after)
+    )
 
 
 def load_rows(big: Path, rounds: int, rows: List[str], summary: List[str]) -> None:
-    """Time json.load, store.load, the whole snapshot and its first answer on one big file, interleaved."""
+    """Time json.load, store.load, the whole snapshot and its first answer on one big file,
+    interleaved."""
     times: List[Tuple[float, float, float, float]] = []
     for _ in range(max(5, rounds)):
         started = time.perf_counter()
@@ -1149,9 +1680,13 @@ def load_rows(big: Path, rounds: int, rows: List[str], summary: List[str]) -> No
         store.load(str(big), TOKEN)
         validated = time.perf_counter() - started
         started = time.perf_counter()
-        data = app.open_data(str(big), TOKEN)  # what the service does: the above, its digest, no body yet
+        data = app.open_data(
+            str(big), TOKEN
+        )  # what the service does: the above, its digest, no body yet
         ready = time.perf_counter() - started
-        wsgi_timer(app.create_app(data, access_log=False), "/v2/queues", TOKEN, n=1)()  # encodes the list
+        wsgi_timer(
+            app.create_app(data, access_log=False), "/v2/queues", TOKEN, n=1
+        )()  # encodes the list
         first = time.perf_counter() - started
         data.close()
         times.append((bare, validated, ready, first))
@@ -1159,23 +1694,41 @@ def load_rows(big: Path, rounds: int, rows: List[str], summary: List[str]) -> No
     ready_mb = peak_memory_mb("import app; app.open_data(%r, 'x')" % str(big))
     rows.append("")
     queues = len(json.loads(big.read_bytes())["queues"])
-    rows.append("| %d-queue file (%.1f MB) | time, ms | ratio to json.load | peak RSS, MB |"
-                % (queues, big.stat().st_size / 1e6))
+    rows.append(
+        "| %d-queue file (%.1f MB) | time, ms | ratio to json.load | peak RSS, MB |"
+        % (queues, big.stat().st_size / 1e6)
+    )
     rows.append("|---|---|---|---|")
-    rows.append("| json.load | %.0f | 1.00 | %.0f |" % (statistics.median(t[0] for t in times) * 1000, bare_mb))
-    for label, i, mb in (("store.load (parse, validate, dataclasses)", 1, ""),
-                         ("app.open_data: ready to serve", 2, "%.0f" % ready_mb),
-                         ("... and its first answer of the list (encoded on demand)", 3, "")):
-        rows.append("| %s | %.0f | %.2f | %s |" % (label, statistics.median(t[i] for t in times) * 1000,
-                                                   statistics.median(t[i] / t[0] for t in times), mb))
-    summary.append("load %d queues: store.load/json.load %.2f, ready-to-serve/json.load %.2f (target <= 4), with "
-                   "the first list answer %.2f" % (queues, *(statistics.median(t[i] / t[0] for t in times)
-                                                            for i in (1, 2, 3))))
+    rows.append(
+        "| json.load | %.0f | 1.00 | %.0f |"
+        % (statistics.median(t[0] for t in times) * 1000, bare_mb)
+    )
+    for label, i, mb in (
+        ("store.load (parse, validate, dataclasses)", 1, ""),
+        ("app.open_data: ready to serve", 2, "%.0f" % ready_mb),
+        ("... and its first answer of the list (encoded on demand)", 3, ""),
+    ):
+        rows.append(
+            "| %s | %.0f | %.2f | %s |"
+            % (
+                label,
+                statistics.median(t[i] for t in times) * 1000,
+                statistics.median(t[i] / t[0] for t in times),
+                mb,
+            )
+        )
+    summary.append(
+        "load %d queues: store.load/json.load %.2f, ready-to-serve/json.load %.2f (target <= 4), "
+        "with "
+        "the first list answer %.2f"
+        % (queues, *(statistics.median(t[i] / t[0] for t in times) for i in (1, 2, 3)))
+    )
 
 
 def _waitress_version() -> str:
     try:
         from importlib.metadata import version
+
         return version("waitress")
     except Exception:
         return "?"

@@ -20,10 +20,15 @@ def app(data_path: Path) -> Any:
     return service.create_app(service.open_data(str(data_path), None), access_log=False)
 
 
-# Started from a background job or under nohup, SIGINT or SIGHUP is ignored, and a child process would
-# inherit that: waitress-serve could not be stopped with SIGINT, and the app would leave SIGHUP alone.
+# Started from a background job or under nohup, SIGINT or SIGHUP is ignored, and a child process
+# would
+# inherit that: waitress-serve could not be stopped with SIGINT, and the app would leave SIGHUP
+# alone.
 # A Python handler is reset to the default in a child, as a shell starts it; this run keeps nohup's
 # intent (a hangup does not end it).
-for _signum, _handler in ((signal.SIGINT, signal.default_int_handler), (signal.SIGHUP, lambda *args: None)):
+for _signum, _handler in (
+    (signal.SIGINT, signal.default_int_handler),
+    (signal.SIGHUP, lambda *args: None),
+):
     if signal.getsignal(_signum) == signal.SIG_IGN:
         signal.signal(_signum, _handler)

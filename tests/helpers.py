@@ -1,4 +1,5 @@
-"""Shared test helpers: drive the WSGI app through wsgiref's validator, run the real server, build data files."""
+"""Shared test helpers: drive the WSGI app through wsgiref's validator, run the real server, build
+data files."""
 
 import copy
 import hashlib
@@ -18,7 +19,9 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 from wsgiref.util import setup_testing_defaults
 from wsgiref.validate import validator
 
-ROOT = Path(__file__).resolve().parent.parent  # the checkout; pytest puts it on sys.path (pyproject.toml)
+ROOT = (
+    Path(__file__).resolve().parent.parent
+)  # the checkout; pytest puts it on sys.path (pyproject.toml)
 
 TOKEN_A = "token-a"
 TOKEN_B = "token-b"
@@ -55,25 +58,36 @@ SIGNING_KEYS = {"current": "sig_alpha_current", "next": "sig_alpha_next"}  # acc
 
 
 def accounts_document() -> Dict[str, Any]:
-    """Three accounts: A has a group, a queue and signing keys, B one queue, C (by digest) nothing."""
-    return copy.deepcopy({
-        "accounts": [
-            {"token": TOKEN_A, "urlGroups": [ALPHA_GROUP], "queues": [ALPHA_QUEUE], "signingKeys": SIGNING_KEYS},
-            {"token": TOKEN_B, "queues": [BETA_QUEUE]},
-            {"tokenSha256": hashlib.sha256(TOKEN_C.encode()).hexdigest()},
-        ]
-    })
+    """Three accounts: A a group, a queue and signing keys, B one queue, C (by digest) nothing."""
+    return copy.deepcopy(
+        {
+            "accounts": [
+                {
+                    "token": TOKEN_A,
+                    "urlGroups": [ALPHA_GROUP],
+                    "queues": [ALPHA_QUEUE],
+                    "signingKeys": SIGNING_KEYS,
+                },
+                {"token": TOKEN_B, "queues": [BETA_QUEUE]},
+                {"tokenSha256": hashlib.sha256(TOKEN_C.encode()).hexdigest()},
+            ]
+        }
+    )
 
 
-# A queue's fields, and what the server answers for each optional one left out: the one place in the tests that a
+# A queue's fields, and what the server answers for each optional one left out: the one place in the
+# tests that a
 # new optional field touches.  Every test that checks a served item compares it through served().
 QUEUE_DEFAULTS = {"paused": False}
-QUEUE_KEYS = ", ".join("'%s'" % key for key in ["createdAt", "updatedAt", "name", "parallelism", "lag",
-                                                *QUEUE_DEFAULTS])  # as a fault message lists them
+QUEUE_KEYS = ", ".join(
+    "'%s'" % key
+    for key in ["createdAt", "updatedAt", "name", "parallelism", "lag", *QUEUE_DEFAULTS]
+)  # as a fault message lists them
 
 
 def served(item: Dict[str, Any]) -> Dict[str, Any]:
-    """A queue or URL group of a data file as the server answers it: each optional field left out filled in."""
+    """A queue or URL group of a data file as the server answers it: each optional field left out
+    filled in."""
     if "endpoints" in item:
         return dict(item, endpoints=[dict(endpoint) for endpoint in item["endpoints"]])
     return {**item, **{key: value for key, value in QUEUE_DEFAULTS.items() if key not in item}}
@@ -88,8 +102,14 @@ class Response(NamedTuple):
         return json.loads(self.body)
 
 
-def call(app: Any, path: str = "/v2/queues", method: str = "GET", query: str = "",
-         headers: Optional[Dict[str, str]] = None, **environ: Any) -> Response:
+def call(
+    app: Any,
+    path: str = "/v2/queues",
+    method: str = "GET",
+    query: str = "",
+    headers: Optional[Dict[str, str]] = None,
+    **environ: Any,
+) -> Response:
     """Call ``app`` once, wrapped in wsgiref's validator, and collect the response."""
     env: Dict[str, Any] = {}
     setup_testing_defaults(env)
@@ -135,8 +155,9 @@ class Server:
         assert match, url
         self.host, self.port = match.group(1), int(match.group(2))
 
-    def get(self, path: str, headers: Optional[Dict[str, str]] = None,
-            method: str = "GET") -> Tuple[int, "http.client.HTTPMessage", bytes]:
+    def get(
+        self, path: str, headers: Optional[Dict[str, str]] = None, method: str = "GET"
+    ) -> Tuple[int, "http.client.HTTPMessage", bytes]:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
         try:
             conn.request(method, path, headers=headers or {})
@@ -146,7 +167,8 @@ class Server:
             conn.close()
 
     def stop(self) -> Tuple[int, str, str]:
-        """SIGTERM the server; return its exit status and the rest of its stdout, and all its stderr."""
+        """SIGTERM the server; return its exit status and the rest of its stdout, and all its
+        stderr."""
         self.proc.send_signal(signal.SIGTERM)
         out = self.proc.stdout.read()  # type: ignore[union-attr]
         return self.proc.wait(timeout=15), out, self.err.text()
@@ -160,10 +182,14 @@ def environment(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
 
 
 @contextmanager
-def started(command: List[str], env: Optional[Dict[str, str]] = None,
-            **popen: Any) -> Iterator["subprocess.Popen[str]"]:
-    """Start ``command`` (in the checkout, with ``environment(env)``); it is killed on every way out."""
-    options: Dict[str, Any] = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT))
+def started(
+    command: List[str], env: Optional[Dict[str, str]] = None, **popen: Any
+) -> Iterator["subprocess.Popen[str]"]:
+    """Start ``command`` (in the checkout, with ``environment(env)``); it is killed on every way
+    out."""
+    options: Dict[str, Any] = dict(
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT)
+    )
     options.update(popen)
     proc = subprocess.Popen(command, env=environment(env), **options)
     try:
@@ -177,16 +203,18 @@ def started(command: List[str], env: Optional[Dict[str, str]] = None,
                 pipe.close()
 
 
-def run(args: List[str], env: Optional[Dict[str, str]] = None, timeout: float = 30,
-        **popen: Any) -> Tuple[int, str, str]:
-    """Run ``python app.py ARGS`` to its end (killed after ``timeout``): its exit status, stdout and stderr."""
+def run(
+    args: List[str], env: Optional[Dict[str, str]] = None, timeout: float = 30, **popen: Any
+) -> Tuple[int, str, str]:
+    """Run ``python app.py ARGS`` to its end (killed after ``timeout``): its exit status, stdout and
+    stderr."""
     with started([sys.executable, str(ROOT / "app.py")] + args, env, **popen) as proc:
         out, err = proc.communicate(timeout=timeout)
     return proc.returncode, out, err
 
 
 class Output:
-    """A pipe's lines, read by a thread of its own, so that a test can wait for the line it means."""
+    """A pipe's lines, read by a thread of its own: a test waits for the line it means."""
 
     def __init__(self, pipe: Any) -> None:
         self.lines: List[str] = []
@@ -213,8 +241,12 @@ class Output:
 
 
 @contextmanager
-def serving(data: Path, *args: str, env: Optional[Dict[str, str]] = None, **popen: Any) -> Iterator[Server]:
-    command = [sys.executable, str(ROOT / "app.py"), "--port", "0", "--data", str(data)] + list(args)
+def serving(
+    data: Path, *args: str, env: Optional[Dict[str, str]] = None, **popen: Any
+) -> Iterator[Server]:
+    command = [sys.executable, str(ROOT / "app.py"), "--port", "0", "--data", str(data)] + list(
+        args
+    )
     with started(command, env, **popen) as proc:
         # Never hang the suite on a server that does not come up: kill it after 30 s.
         watchdog = threading.Timer(30, proc.kill)
@@ -225,7 +257,9 @@ def serving(data: Path, *args: str, env: Optional[Dict[str, str]] = None, **pope
             watchdog.cancel()
         match = re.search(r" on (http://\S+)", first)
         if not match:
-            raise AssertionError("server did not start: %r %r" % (first, proc.communicate(timeout=10)))
+            raise AssertionError(
+                "server did not start: %r %r" % (first, proc.communicate(timeout=10))
+            )
         banner = [first, proc.stdout.readline(), proc.stdout.readline()]  # type: ignore[union-attr]
         yield Server(proc, match.group(1), banner)
 
@@ -233,7 +267,7 @@ def serving(data: Path, *args: str, env: Optional[Dict[str, str]] = None, **pope
 def readme_section_block(title: str, language: str) -> str:
     """The first code block in ``language`` of the README's section ``title``."""
     text = (ROOT / "README.md").read_text()
-    section = text[text.index("\n## " + title):]
+    section = text[text.index("\n## " + title) :]
     match = re.search(r"```%s\n(.*?)```" % language, section, re.S)
     assert match, title
     return match.group(1)

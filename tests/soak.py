@@ -38,12 +38,26 @@ def size(n: int) -> int:
 
 def version(n: int) -> Dict[str, Any]:
     """Account a: about 2,000 queues named for version ``n`` (over the file-wrapper size); b: 3."""
-    return {"accounts": [
-        {"token": TOKENS[0], "queues": [dict(TEMPLATE, name="v%d-%d" % (n, i)) for i in range(size(n))],
-         "urlGroups": [{"createdAt": 1, "updatedAt": 2, "name": "g%d" % n,
-                        "endpoints": [{"url": "https://example.com/%d" % n}]}]},
-        {"token": TOKENS[1], "queues": [dict(TEMPLATE, name="b%d-%d" % (n, i)) for i in range(3)]},
-    ]}
+    return {
+        "accounts": [
+            {
+                "token": TOKENS[0],
+                "queues": [dict(TEMPLATE, name="v%d-%d" % (n, i)) for i in range(size(n))],
+                "urlGroups": [
+                    {
+                        "createdAt": 1,
+                        "updatedAt": 2,
+                        "name": "g%d" % n,
+                        "endpoints": [{"url": "https://example.com/%d" % n}],
+                    }
+                ],
+            },
+            {
+                "token": TOKENS[1],
+                "queues": [dict(TEMPLATE, name="b%d-%d" % (n, i)) for i in range(3)],
+            },
+        ]
+    }
 
 
 def rss_kb(pid: int) -> Optional[int]:
@@ -72,7 +86,9 @@ class Tally:
                 self.versions.add(n)
 
 
-def check(path: str, token: str, status: int, headers: Dict[str, str], body: bytes, method: str) -> Any:
+def check(
+    path: str, token: str, status: int, headers: Dict[str, str], body: bytes, method: str
+) -> Any:
     """Return (error or None, version seen or None) for one answer."""
     if token == "wrong":
         good = status == 401 and (method == "HEAD" or json.loads(body).get("error"))
@@ -113,8 +129,14 @@ def client(port: int, deadline: float, tally: Tally, seed: int) -> None:
             response = conn.getresponse()
             body = response.read()
             latency = time.perf_counter() - started
-            error, n = check(path, token, response.status, {k.lower(): v for k, v in response.getheaders()},
-                             body, method)
+            error, n = check(
+                path,
+                token,
+                response.status,
+                {k.lower(): v for k, v in response.getheaders()},
+                body,
+                method,
+            )
         except Exception as exc:
             latency, error, n = time.perf_counter() - started, repr(exc), None
             conn.close()
@@ -167,8 +189,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "data.json"
         path.write_text(json.dumps(version(0)))
-        proc = subprocess.Popen([sys.executable, "app.py", "--port", "0", "--data", str(path), "--quiet"],
-                                cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "app.py", "--port", "0", "--data", str(path), "--quiet"],
+            cwd=str(ROOT),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         try:
             port = int(re.search(r":(\d+)", proc.stdout.readline()).group(1))  # type: ignore[union-attr]
             warm = Tally()
@@ -177,9 +204,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             tally = Tally()
             log: List[str] = []
             deadline = time.monotonic() + args.seconds
-            threads = [threading.Thread(target=client, args=(port, deadline, tally, i + 1))
-                       for i in range(args.connections)]
-            threads.append(threading.Thread(target=churn, args=(path, deadline, args.reload_every, log)))
+            threads = [
+                threading.Thread(target=client, args=(port, deadline, tally, i + 1))
+                for i in range(args.connections)
+            ]
+            threads.append(
+                threading.Thread(target=churn, args=(path, deadline, args.reload_every, log))
+            )
             samples: List[int] = []
             threads.append(threading.Thread(target=sample, args=(proc.pid, deadline, samples)))
             started = time.monotonic()
@@ -194,24 +225,50 @@ def main(argv: Optional[List[str]] = None) -> int:
             _, err = proc.communicate(timeout=30)
         latencies = sorted(tally.latencies)
         changes = "; ".join(log[:4]) + (" ..." if len(log) > 4 else "")
-        print("soak: %.0f s, %d connections, a data-file change every %g s (%d changes: %s)" % (
-            elapsed, args.connections, args.reload_every, len(log), changes))
+        print(
+            "soak: %.0f s, %d connections, a data-file change every %g s (%d changes: %s)"
+            % (elapsed, args.connections, args.reload_every, len(log), changes)
+        )
         print("requests served: %d (%.0f/s)" % (tally.served, tally.served / elapsed))
-        print("errors: %d%s" % (len(tally.errors), (" e.g. " + "; ".join(tally.errors[:3])) if tally.errors else ""))
-        print("latency: p50 %.2f ms, p99 %.2f ms, max %.2f ms" % (
-            statistics.median(latencies) * 1000, latencies[int(len(latencies) * 0.99)] * 1000, latencies[-1] * 1000))
+        print(
+            "errors: %d%s"
+            % (len(tally.errors), (" e.g. " + "; ".join(tally.errors[:3])) if tally.errors else "")
+        )
+        print(
+            "latency: p50 %.2f ms, p99 %.2f ms, max %.2f ms"
+            % (
+                statistics.median(latencies) * 1000,
+                latencies[int(len(latencies) * 0.99)] * 1000,
+                latencies[-1] * 1000,
+            )
+        )
         print("versions seen by clients: %d of %d" % (len(tally.versions), len(log) + 1))
         half = len(samples) // 2
         flat = half == 0 or max(samples[half:]) <= max(samples[:half]) * 1.1
         if rss_start and rss_end:
-            print("server memory (RSS): %.1f MB after warm-up, %.1f MB at the end; every 5 s: %s MB; "
-                  "second-half peak vs first-half peak: %+.1f%% (%s)" % (
-                      rss_start / 1024, rss_end / 1024, " ".join("%.1f" % (kb / 1024) for kb in samples),
-                      (max(samples[half:]) - max(samples[:half])) * 100 / max(samples[:half]) if half else 0.0,
-                      "flat" if flat else "GROWING"))
-        print("server exit status after SIGTERM: %d; tracebacks in its log: %d; reloads: %d; "
-              "bad versions kept out: %d" % (proc.returncode, err.count("Traceback"), err.count(": reloaded"),
-                                             err.count("keeping the last good version")))
+            print(
+                "server memory (RSS): %.1f MB after warm-up, %.1f MB at the end; every 5 s: %s MB; "
+                "second-half peak vs first-half peak: %+.1f%% (%s)"
+                % (
+                    rss_start / 1024,
+                    rss_end / 1024,
+                    " ".join("%.1f" % (kb / 1024) for kb in samples),
+                    (max(samples[half:]) - max(samples[:half])) * 100 / max(samples[:half])
+                    if half
+                    else 0.0,
+                    "flat" if flat else "GROWING",
+                )
+            )
+        print(
+            "server exit status after SIGTERM: %d; tracebacks in its log: %d; reloads: %d; "
+            "bad versions kept out: %d"
+            % (
+                proc.returncode,
+                err.count("Traceback"),
+                err.count(": reloaded"),
+                err.count("keeping the last good version"),
+            )
+        )
         ok = not tally.errors and proc.returncode == 0 and "Traceback" not in err and flat
         print("result: %s" % ("OK" if ok else "FAILED"))
         return 0 if ok else 1

@@ -72,12 +72,17 @@ def test_arrays_keep_the_order_of_the_file(tmp_path: Any) -> None:
     assert names == ["zeta", "alpha", "mu"]
 
 
-@pytest.mark.parametrize("path, query", [
-    ("/v2/topics/", ""),
-    ("/v2/queues/", ""),
-    ("/v2/queues", "limit=10&cursor=abc&flag"),
-])
-def test_trailing_slash_and_unknown_parameters_change_nothing(app: Any, path: str, query: str) -> None:
+@pytest.mark.parametrize(
+    "path, query",
+    [
+        ("/v2/topics/", ""),
+        ("/v2/queues/", ""),
+        ("/v2/queues", "limit=10&cursor=abc&flag"),
+    ],
+)
+def test_trailing_slash_and_unknown_parameters_change_nothing(
+    app: Any, path: str, query: str
+) -> None:
     plain = call(app, path.rstrip("/"), headers=bearer(TOKEN_A))
     response = call(app, path, query=query, headers=bearer(TOKEN_A))
     assert (response.status, response.body) == (200, plain.body)
@@ -90,12 +95,17 @@ def test_head_is_get_without_the_body(app: Any, path: str) -> None:
     assert (head.status, head.headers, head.body) == (get.status, get.headers, b"")
 
 
-@pytest.mark.parametrize("path, headers, status", [
-    ("/v2/queues", {}, 401),
-    ("/v2/queues", {"Authorization": "Bearer wrong"}, 401),
-    ("/nowhere", bearer(TOKEN_A), 404),
-])
-def test_head_on_an_error_has_the_headers_and_no_body(app: Any, path: str, headers: Any, status: int) -> None:
+@pytest.mark.parametrize(
+    "path, headers, status",
+    [
+        ("/v2/queues", {}, 401),
+        ("/v2/queues", {"Authorization": "Bearer wrong"}, 401),
+        ("/nowhere", bearer(TOKEN_A), 404),
+    ],
+)
+def test_head_on_an_error_has_the_headers_and_no_body(
+    app: Any, path: str, headers: Any, status: int
+) -> None:
     get = call(app, path, headers=headers)
     head = call(app, path, method="HEAD", headers=headers)
     assert (head.status, head.headers, head.body) == (status, get.headers, b"")
@@ -115,7 +125,12 @@ AUTH_CASES = [
     ({"Authorization": " Bearer token-a "}, "", 200, None),  # surrounding OWS
     ({}, "qstash_token=token-a", 200, None),
     ({}, "qstash_token=token%2Da", 200, None),  # a percent-encoded value
-    ({}, "qstash%5Ftoken=token-a", 401, False),  # the name as written: an escaped one is another name
+    (
+        {},
+        "qstash%5Ftoken=token-a",
+        401,
+        False,
+    ),  # the name as written: an escaped one is another name
     ({"Authorization": "Bearer token-a"}, "qstash_token=token-a", 200, None),  # agree
     ({}, "qstash_token=token-a&qstash_token=token-a", 200, None),  # repeated, agree
     ({"Authorization": "Bearer token-c"}, "", 200, None),  # account known by digest
@@ -129,10 +144,25 @@ AUTH_CASES = [
     ({"Authorization": "Token token-a"}, "", 401, True),
     ({"Authorization": "token-a token-a"}, "", 401, True),
     ({"Authorization": "Bearertoken-a"}, "", 401, True),
-    ({}, "qstash_token=token-a%0A", 401, True),  # a line break is no part of a token, nor to be stripped
+    (
+        {},
+        "qstash_token=token-a%0A",
+        401,
+        True,
+    ),  # a line break is no part of a token, nor to be stripped
     ({"Authorization": "Bearer token-a\x0c"}, "x=1", 401, True),
-    ({"Authorization": "Bearer token-a\u0100"}, "", 401, True),  # not latin-1: a server breaking PEP 3333
-    ({}, "qstash_token=token-a&" + "".join("%%%02X" % c for c in b"qstash_token") + "=token-b", 200, None),
+    (
+        {"Authorization": "Bearer token-a\u0100"},
+        "",
+        401,
+        True,
+    ),  # not latin-1: a server breaking PEP 3333
+    (
+        {},
+        "qstash_token=token-a&" + "".join("%%%02X" % c for c in b"qstash_token") + "=token-b",
+        200,
+        None,
+    ),
     ({"Authorization": "token-a"}, "", 401, True),
     ({"Authorization": "Bearer token-a junk"}, "", 401, True),
     ({"Authorization": "Bearer token-a\tjunk"}, "", 401, True),
@@ -151,12 +181,34 @@ AUTH_CASES = [
     ({}, "&".join(["x=%d" % i for i in range(500)] + ["qstash_token=token-a"]), 200, None),
     ({}, "qstash_token=token-a&" + "&".join(["x=y"] * 500) + "&qstash_token=token-b", 401, True),
     ({}, "&".join(["qstash_token=x"] * 500), 401, True),
-    ({}, "&".join(["qstash_token=" + "".join("%%%02X" % b if i & (1 << n) else chr(b)
-                                             for n, b in enumerate(b"token-a"))
-                   for i in range(17)]), 401, True),  # 17 spellings of one token: too many to read
-    ({}, "&".join(["qstash_token=" + "".join("%%%02X" % b if i & (1 << n) else chr(b)
-                                             for n, b in enumerate(b"token-a"))
-                   for i in range(16)]), 200, None),  # 16 are read
+    (
+        {},
+        "&".join(
+            [
+                "qstash_token="
+                + "".join(
+                    "%%%02X" % b if i & (1 << n) else chr(b) for n, b in enumerate(b"token-a")
+                )
+                for i in range(17)
+            ]
+        ),
+        401,
+        True,
+    ),  # 17 spellings of one token: too many to read
+    (
+        {},
+        "&".join(
+            [
+                "qstash_token="
+                + "".join(
+                    "%%%02X" % b if i & (1 << n) else chr(b) for n, b in enumerate(b"token-a")
+                )
+                for i in range(16)
+            ]
+        ),
+        200,
+        None,
+    ),  # 16 are read
     ({}, "qstash_tokens=token-a&qstash_token_=token-a", 401, False),  # other names
 ]
 
@@ -173,41 +225,80 @@ def test_credentials(app: Any, headers: Any, query: str, status: int, invalid_to
 
 
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"])
-@pytest.mark.parametrize("path", ["/v2/topics", "/v2/queues/", "/v2/topics/orders", "/v2/queues/emails",
-                                  "/v2/queues/nowhere"])
+@pytest.mark.parametrize(
+    "path",
+    ["/v2/topics", "/v2/queues/", "/v2/topics/orders", "/v2/queues/emails", "/v2/queues/nowhere"],
+)
 def test_other_methods_get_405_with_allow(app: Any, method: str, path: str) -> None:
     response = call(app, path, method=method, headers=bearer(TOKEN_A))
     assert response.status == 405
     assert response.headers["Allow"] == "GET, HEAD"
-    route = path.rstrip("/").replace("/emails", "/{name}").replace("/nowhere", "/{name}").replace("/orders", "/{name}")
+    route = (
+        path.rstrip("/")
+        .replace("/emails", "/{name}")
+        .replace("/nowhere", "/{name}")
+        .replace("/orders", "/{name}")
+    )
     takes = service.ROUTES[route]
     other = "method not allowed: this path answers %s, HEAD" % ", ".join(takes) + (
-        " (%s: writes, taken once the server is started with --writable, or QSTASH_LISTS_WRITABLE=1)"
-        % ", ".join(m for m in takes if m != "GET") if len(takes) > 1 else "")
+        " (%s: writes, taken once the server is started with --writable, or "
+        "QSTASH_LISTS_WRITABLE=1)" % ", ".join(m for m in takes if m != "GET")
+        if len(takes) > 1
+        else ""
+    )
     assert response.json() == {"error": READ_ONLY if method in takes else other}
 
 
-READ_ONLY = ("method not allowed: this server is read-only; start it with --writable (or QSTASH_LISTS_WRITABLE=1) "
-             "to take QStash's writes of URL groups and queues")
+READ_ONLY = (
+    "method not allowed: this server is read-only; start it with --writable (or "
+    "QSTASH_LISTS_WRITABLE=1) "
+    "to take QStash's writes of URL groups and queues"
+)
 
 
 @pytest.mark.parametrize("method", ["GET", "POST", "DELETE"])
-@pytest.mark.parametrize("path", ["/v2/topics/orders/endpoints", "/v2/queues/emails/pause", "/v2/queues/x/resume"])
-def test_paths_only_for_writes_say_what_they_take_and_how_to_turn_writes_on(app: Any, method: str, path: str) -> None:
-    """A write to a read-only server says how to take writes; another method names what the path takes (QStash's)."""
+@pytest.mark.parametrize(
+    "path", ["/v2/topics/orders/endpoints", "/v2/queues/emails/pause", "/v2/queues/x/resume"]
+)
+def test_paths_only_for_writes_say_what_they_take_and_how_to_turn_writes_on(
+    app: Any, method: str, path: str
+) -> None:
+    """A write to a read-only server says how to take writes; another method names what the path
+    takes (QStash's)."""
     response = call(app, path, method=method, headers=bearer(TOKEN_A))
-    takes = service.ROUTES[path.replace("/emails", "/{name}").replace("/x/", "/{name}/").replace("/orders", "/{name}")]
-    other = ("method not allowed: this path answers %s (%s: writes, taken once the server is started with "
-             "--writable, or QSTASH_LISTS_WRITABLE=1)" % ((", ".join(takes),) * 2))
+    takes = service.ROUTES[
+        path.replace("/emails", "/{name}").replace("/x/", "/{name}/").replace("/orders", "/{name}")
+    ]
+    other = (
+        "method not allowed: this path answers %s (%s: writes, taken once the server is started "
+        "with "
+        "--writable, or QSTASH_LISTS_WRITABLE=1)" % ((", ".join(takes),) * 2)
+    )
     assert (response.status, response.headers["Allow"]) == (405, "")
     assert response.json() == {"error": READ_ONLY if method in takes else other}
 
 
-@pytest.mark.parametrize("path", [
-    "/", "", "/v2", "/v2/", "/v2/topic", "/v2/topicsx", "/v2/topics//", "//v2/topics",
-    "/v2/topics/orders/endpoint", "/v2/queues/emails/pause/x", "/v2/queues//emails",
-    "/v1/queues", "/V2/QUEUES", "/v2/./queues", "/v2/messages", "/v2/messages/abc",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "",
+        "/v2",
+        "/v2/",
+        "/v2/topic",
+        "/v2/topicsx",
+        "/v2/topics//",
+        "//v2/topics",
+        "/v2/topics/orders/endpoint",
+        "/v2/queues/emails/pause/x",
+        "/v2/queues//emails",
+        "/v1/queues",
+        "/V2/QUEUES",
+        "/v2/./queues",
+        "/v2/messages",
+        "/v2/messages/abc",
+    ],
+)
 def test_other_paths_get_404(app: Any, path: str) -> None:
     response = call(app, path, headers=bearer(TOKEN_A))
     assert response.status == 404
@@ -226,7 +317,9 @@ def test_every_response_is_json_with_exact_length_and_nosniff(app: Any) -> None:
         assert response.headers["Content-Length"] == str(len(response.body))
         assert response.headers["X-Content-Type-Options"] == "nosniff"
         # One account's answer is private; an error is kept by no cache (RFC 9111, 5.2.2).
-        assert response.headers["Cache-Control"] == ("private, no-cache" if response.status == 200 else "no-store")
+        assert response.headers["Cache-Control"] == (
+            "private, no-cache" if response.status == 200 else "no-store"
+        )
 
 
 def test_mounted_under_a_prefix(app: Any) -> None:
@@ -255,19 +348,27 @@ def test_an_exception_becomes_a_generic_500(caplog: Any) -> None:
 SECRET = "eyJVc2VySUQiOiJzM2NyM3QifQ"  # what a user's typo puts in a query
 
 
-@pytest.mark.parametrize("query, logged", [
-    ("qstash_token=token-a&x=1", "qstash_token=[redacted]&x=[redacted]"),
-    ("qstash%5Ftoken=token-a", "qstash%5Ftoken=[redacted]"),
-    ("token=%s" % SECRET, "token=[redacted]"),
-    ("QSTASH_TOKEN=%s" % SECRET, "QSTASH_TOKEN=[redacted]"),
-    ("access_token=%s&limit=10" % SECRET, "access_token=[redacted]&limit=[redacted]"),
-    ("Authorization=Bearer+%s" % SECRET, "Authorization=[redacted]"),
-    ("Authorization: Bearer %s" % SECRET, "[redacted]"),  # no "=": all of it may be the secret
-    (SECRET, "[redacted]"),
-    ("%s=1" % SECRET, "[redacted]"),  # a name that is no parameter name
-    ("a=1&" * 20 + "b=2", "&".join(["a=[redacted]"] * 8) + "&[13 more]"),  # a long query is cut short
-])
-def test_the_access_log_shows_no_query_value(data_path: Any, caplog: Any, query: str, logged: str) -> None:
+@pytest.mark.parametrize(
+    "query, logged",
+    [
+        ("qstash_token=token-a&x=1", "qstash_token=[redacted]&x=[redacted]"),
+        ("qstash%5Ftoken=token-a", "qstash%5Ftoken=[redacted]"),
+        ("token=%s" % SECRET, "token=[redacted]"),
+        ("QSTASH_TOKEN=%s" % SECRET, "QSTASH_TOKEN=[redacted]"),
+        ("access_token=%s&limit=10" % SECRET, "access_token=[redacted]&limit=[redacted]"),
+        ("Authorization=Bearer+%s" % SECRET, "Authorization=[redacted]"),
+        ("Authorization: Bearer %s" % SECRET, "[redacted]"),  # no "=": all of it may be the secret
+        (SECRET, "[redacted]"),
+        ("%s=1" % SECRET, "[redacted]"),  # a name that is no parameter name
+        (
+            "a=1&" * 20 + "b=2",
+            "&".join(["a=[redacted]"] * 8) + "&[13 more]",
+        ),  # a long query is cut short
+    ],
+)
+def test_the_access_log_shows_no_query_value(
+    data_path: Any, caplog: Any, query: str, logged: str
+) -> None:
     app = service.create_app(service.open_data(str(data_path), None))
     with caplog.at_level(logging.INFO, "qstash_lists.access"):
         call(app, "/v2/queues", query=query, REMOTE_ADDR="10.0.0.9")
@@ -277,10 +378,21 @@ def test_the_access_log_shows_no_query_value(data_path: Any, caplog: Any, query:
     assert SECRET not in line and SECRET[:10] not in line and TOKEN_A not in line
 
 
-@pytest.mark.parametrize("host, loopback", [
-    ("127.0.0.1", True), ("127.5.0.1", True), ("::1", True), ("[::1]", True), ("localhost", True),
-    ("0.0.0.0", False), ("::", False), ("192.168.1.2", False), ("example.com", False), ("", False),
-])
+@pytest.mark.parametrize(
+    "host, loopback",
+    [
+        ("127.0.0.1", True),
+        ("127.5.0.1", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("0.0.0.0", False),
+        ("::", False),
+        ("192.168.1.2", False),
+        ("example.com", False),
+        ("", False),
+    ],
+)
 def test_is_loopback(host: str, loopback: bool) -> None:
     assert service.is_loopback(host) is loopback
 
@@ -302,7 +414,12 @@ def test_a_quiet_app_logs_nothing(app: Any, caplog: Any) -> None:
 def big_app(tmp_path: Any) -> Any:
     """Account A has 2,000 queues (a body of about 220 KB); account B has one."""
     queues = [dict(ALPHA_QUEUE, name="q%d" % i) for i in range(2000)]
-    document = {"accounts": [{"token": TOKEN_A, "queues": queues}, {"token": TOKEN_B, "queues": [BETA_QUEUE]}]}
+    document = {
+        "accounts": [
+            {"token": TOKEN_A, "queues": queues},
+            {"token": TOKEN_B, "queues": [BETA_QUEUE]},
+        ]
+    }
     path = write_json(tmp_path / "big.json", document)
     return service.create_app(service.open_data(str(path), None), access_log=False)
 
@@ -317,7 +434,7 @@ def test_etag_and_cache_control(app: Any) -> None:
 
 
 @pytest.mark.parametrize("method", ["GET", "HEAD"])
-@pytest.mark.parametrize("template", ["{}", "W/{}", '"other", {}', "{} ,\"x\"", "*"])
+@pytest.mark.parametrize("template", ["{}", "W/{}", '"other", {}', '{} ,"x"', "*"])
 def test_if_none_match_gives_304_without_a_body(app: Any, method: str, template: str) -> None:
     etag = call(app, headers=bearer(TOKEN_A)).headers["ETag"]
     headers = dict(bearer(TOKEN_A), **{"If-None-Match": template.format(etag)})
@@ -328,7 +445,7 @@ def test_if_none_match_gives_304_without_a_body(app: Any, method: str, template:
     assert "Content-Type" not in response.headers and "Content-Length" not in response.headers
 
 
-@pytest.mark.parametrize("value", ['"nope"', "", "W/", '"' ])
+@pytest.mark.parametrize("value", ['"nope"', "", "W/", '"'])
 def test_a_stale_etag_gets_the_body(app: Any, value: str) -> None:
     response = call(app, headers=dict(bearer(TOKEN_A), **{"If-None-Match": value}))
     assert response.status == 200 and response.json() == [served(ALPHA_QUEUE)]
@@ -340,12 +457,27 @@ def test_if_none_match_does_not_skip_auth(app: Any) -> None:
     assert call(app, headers={"If-None-Match": etag}).status == 401
 
 
-@pytest.mark.parametrize("accept, compressed", [
-    ("gzip", True), ("gzip, deflate, br", True), ("br;q=1.0, GZIP;q=0.5", True), ("*", True),
-    ("x-gzip", True), ("gzip;q=0", False), ("gzip; q=0.0", False), ("br", False), ("", False),
-    ("identity", False), ("gzip;q=bogus", False), ("gzip;q=0.5;level=1", True), ("*;q=0, gzip", True),
-    ("gzip;q=0, *", False), ("*;q=0", False), ("GZip ; Q=1", True),
-])
+@pytest.mark.parametrize(
+    "accept, compressed",
+    [
+        ("gzip", True),
+        ("gzip, deflate, br", True),
+        ("br;q=1.0, GZIP;q=0.5", True),
+        ("*", True),
+        ("x-gzip", True),
+        ("gzip;q=0", False),
+        ("gzip; q=0.0", False),
+        ("br", False),
+        ("", False),
+        ("identity", False),
+        ("gzip;q=bogus", False),
+        ("gzip;q=0.5;level=1", True),
+        ("*;q=0, gzip", True),
+        ("gzip;q=0, *", False),
+        ("*;q=0", False),
+        ("GZip ; Q=1", True),
+    ],
+)
 def test_gzip_when_the_client_accepts_it(big_app: Any, accept: str, compressed: bool) -> None:
     import gzip
 
@@ -383,10 +515,14 @@ def test_bodies_go_through_waitress_file_wrapper_by_reference(big_app: Any) -> N
     used = []
 
     def wrapper(file: Any, block_size: int = 8192) -> Any:
-        used.append(file.__sizeof__())  # a BytesIO that shares the snapshot's bytes owns no copy of them
+        used.append(
+            file.__sizeof__()
+        )  # a BytesIO that shares the snapshot's bytes owns no copy of them
         return FileWrapper(file, block_size)
 
-    wrapper.__module__ = "waitress.buffers"  # where waitress's own is: one that keeps a body by reference
+    wrapper.__module__ = (
+        "waitress.buffers"  # where waitress's own is: one that keeps a body by reference
+    )
 
     big = call(big_app, headers=bearer(TOKEN_A), **{"wsgi.file_wrapper": wrapper})  # type: ignore[arg-type]
     assert len(used) == 1 and len(big.json()) == 2000
@@ -398,7 +534,8 @@ def test_bodies_go_through_waitress_file_wrapper_by_reference(big_app: Any) -> N
 
 
 class _Other:
-    """Another server's file wrapper, which reads a file back in small blocks (uWSGI's has no module)."""
+    """Another server's file wrapper, which reads a file back in small blocks (uWSGI's has no
+    module)."""
 
     def __init__(self, module: Any) -> None:
         self.__module__ = module
@@ -411,32 +548,48 @@ class _Other:
 
 @pytest.mark.parametrize("module", [None, "gunicorn.http.wsgi", "wsgiref.util", "waitressx"])
 def test_other_servers_get_the_body_whole_in_one_piece(big_app: Any, module: Any) -> None:
-    """uWSGI reads a wrapped BytesIO back 4 KB at a time, gunicorn 8 KB, a write each: one write instead."""
+    """uWSGI reads a wrapped BytesIO back 4 KB at a time, gunicorn 8 KB, a write each: one write
+    instead."""
     from wsgiref.util import setup_testing_defaults
 
     other = _Other(module)
-    environ = {"PATH_INFO": "/v2/queues", "HTTP_AUTHORIZATION": "Bearer " + TOKEN_A, "wsgi.file_wrapper": other}
+    environ = {
+        "PATH_INFO": "/v2/queues",
+        "HTTP_AUTHORIZATION": "Bearer " + TOKEN_A,
+        "wsgi.file_wrapper": other,
+    }
     setup_testing_defaults(environ)
-    body = big_app(environ, lambda status, headers, exc_info=None: None)  # the iterable itself, unwrapped
-    assert type(body) is list and len(body) == 1 and len(json.loads(body[0])) == 2000 and other.used == 0
+    body = big_app(
+        environ, lambda status, headers, exc_info=None: None
+    )  # the iterable itself, unwrapped
+    assert (
+        type(body) is list
+        and len(body) == 1
+        and len(json.loads(body[0])) == 2000
+        and other.used == 0
+    )
 
 
-@pytest.mark.parametrize("headers, query, why", [
-    ({}, "", "no credential"),
-    ({}, "limit=1", "no credential"),
-    ({"Authorization": "Basic token-a"}, "", "not a Bearer header"),
-    ({"Authorization": ""}, "", "not a Bearer header"),
-    ({"Authorization": "Bearer"}, "", "malformed"),
-    ({"Authorization": "Bearer token-a junk"}, "", "malformed"),
-    ({}, "qstash_token=", "malformed"),
-    ({"Authorization": "Bearer token-a"}, "qstash_token=", "malformed"),
-    ({}, "&".join(["qstash_token=x%d" % i for i in range(17)]), "malformed"),
-    ({"Authorization": "Bearer token-a"}, "qstash_token=token-b", "tokens disagree"),
-    ({"Authorization": "Bearer nobody"}, "", "unknown token"),
-    ({}, "qstash_token=nobody", "unknown token"),
-])
-def test_the_log_says_why_a_request_got_401_and_the_client_does_not(data_path: Any, caplog: Any, headers: Any,
-                                                                    query: str, why: str) -> None:
+@pytest.mark.parametrize(
+    "headers, query, why",
+    [
+        ({}, "", "no credential"),
+        ({}, "limit=1", "no credential"),
+        ({"Authorization": "Basic token-a"}, "", "not a Bearer header"),
+        ({"Authorization": ""}, "", "not a Bearer header"),
+        ({"Authorization": "Bearer"}, "", "malformed"),
+        ({"Authorization": "Bearer token-a junk"}, "", "malformed"),
+        ({}, "qstash_token=", "malformed"),
+        ({"Authorization": "Bearer token-a"}, "qstash_token=", "malformed"),
+        ({}, "&".join(["qstash_token=x%d" % i for i in range(17)]), "malformed"),
+        ({"Authorization": "Bearer token-a"}, "qstash_token=token-b", "tokens disagree"),
+        ({"Authorization": "Bearer nobody"}, "", "unknown token"),
+        ({}, "qstash_token=nobody", "unknown token"),
+    ],
+)
+def test_the_log_says_why_a_request_got_401_and_the_client_does_not(
+    data_path: Any, caplog: Any, headers: Any, query: str, why: str
+) -> None:
     app = service.create_app(service.open_data(str(data_path), None))
     with caplog.at_level(logging.INFO, "qstash_lists.access"):
         response = call(app, "/v2/queues", query=query, headers=headers)
@@ -446,14 +599,19 @@ def test_the_log_says_why_a_request_got_401_and_the_client_does_not(data_path: A
     assert "token-a" not in line and "nobody" not in line
 
 
-def test_the_log_says_which_item_is_missing_and_nothing_for_a_200(data_path: Any, caplog: Any) -> None:
+def test_the_log_says_which_item_is_missing_and_nothing_for_a_200(
+    data_path: Any, caplog: Any
+) -> None:
     app = service.create_app(service.open_data(str(data_path), None))
     with caplog.at_level(logging.INFO, "qstash_lists.access"):
         call(app, "/v2/queues/nothere", headers=bearer(TOKEN_A))
         call(app, "/v2/topics/nothere", headers=bearer(TOKEN_A))
         call(app, "/v2/queues/emails", headers=bearer(TOKEN_A))
     assert [r.getMessage().rpartition("ms")[2] for r in caplog.records] == [
-        " (no such queue)", " (no such URL group)", ""]
+        " (no such queue)",
+        " (no such URL group)",
+        "",
+    ]
 
 
 def test_the_log_shows_the_path_printable_and_one_line(data_path: Any, caplog: Any) -> None:
@@ -463,44 +621,67 @@ def test_the_log_shows_the_path_printable_and_one_line(data_path: Any, caplog: A
         call(app, "/v2/queues/100%")
         call(app, "/v2/queues/\x1b[31m\n")
     assert [r.getMessage().split('"')[1] for r in caplog.records] == [
-        "GET /v2/queues/a/b?qstash_token=[redacted]", "GET /v2/queues/100%25", "GET /v2/queues/%1B[31m%0A"]
+        "GET /v2/queues/a/b?qstash_token=[redacted]",
+        "GET /v2/queues/100%25",
+        "GET /v2/queues/%1B[31m%0A",
+    ]
 
 
-# A token with "+" and "%" in it: the query decodes "+" to a space and escapes once; a header decodes nothing.
-@pytest.mark.parametrize("headers, query, status", [
-    ({}, "qstash_token=p%2Bq%2541", 200),
-    ({}, "qstash_token=p+q%2541", 401),  # "p q%41"
-    ({}, "qstash_token=p%2Bq%41", 401),  # "p+qA"
-    ({}, "qstash_token=p%2Bq%252541", 401),  # decoded twice would be right: once is the rule
-    ({"Authorization": "Bearer p+q%41"}, "", 200),
-    ({"Authorization": "Bearer p%2Bq%2541"}, "", 401),
-])
-def test_query_tokens_decode_like_forms_and_headers_not_at_all(tmp_path: Any, headers: Any, query: str,
-                                                               status: int) -> None:
-    path = write_json(tmp_path / "d.json", {"accounts": [{"token": "p+q%41", "queues": [ALPHA_QUEUE]}]})
+# A token with "+" and "%" in it: the query decodes "+" to a space and escapes once; a header
+# decodes nothing.
+@pytest.mark.parametrize(
+    "headers, query, status",
+    [
+        ({}, "qstash_token=p%2Bq%2541", 200),
+        ({}, "qstash_token=p+q%2541", 401),  # "p q%41"
+        ({}, "qstash_token=p%2Bq%41", 401),  # "p+qA"
+        ({}, "qstash_token=p%2Bq%252541", 401),  # decoded twice would be right: once is the rule
+        ({"Authorization": "Bearer p+q%41"}, "", 200),
+        ({"Authorization": "Bearer p%2Bq%2541"}, "", 401),
+    ],
+)
+def test_query_tokens_decode_like_forms_and_headers_not_at_all(
+    tmp_path: Any, headers: Any, query: str, status: int
+) -> None:
+    path = write_json(
+        tmp_path / "d.json", {"accounts": [{"token": "p+q%41", "queues": [ALPHA_QUEUE]}]}
+    )
     app = service.create_app(service.open_data(str(path), None), access_log=False)
     assert call(app, query=query, headers=headers).status == status
 
 
 def test_an_edit_that_keeps_the_length_gets_a_new_etag(tmp_path: Any) -> None:
-    path = write_json(tmp_path / "d.json", {"accounts": [{"token": TOKEN_A, "queues": [ALPHA_QUEUE]}]})
+    path = write_json(
+        tmp_path / "d.json", {"accounts": [{"token": TOKEN_A, "queues": [ALPHA_QUEUE]}]}
+    )
     data = service.open_data(str(path), None, interval=3600)
     app = service.create_app(data, access_log=False)
     before = call(app, "/v2/queues/emails", headers=bearer(TOKEN_A))
     listed = call(app, headers=bearer(TOKEN_A))
-    write_json(path, {"accounts": [{"token": TOKEN_A, "queues": [dict(ALPHA_QUEUE, lag=5)]}]})  # 0 -> 5
+    write_json(
+        path, {"accounts": [{"token": TOKEN_A, "queues": [dict(ALPHA_QUEUE, lag=5)]}]}
+    )  # 0 -> 5
     assert data.refresh() is True
     for path_info, old in (("/v2/queues/emails", before), ("/v2/queues", listed)):
-        after = call(app, path_info, headers=dict(bearer(TOKEN_A), **{"If-None-Match": old.headers["ETag"]}))
+        after = call(
+            app, path_info, headers=dict(bearer(TOKEN_A), **{"If-None-Match": old.headers["ETag"]})
+        )
         assert after.status == 200 and len(after.body) == len(old.body) and after.body != old.body
         assert after.headers["ETag"] != old.headers["ETag"]
 
 
 @pytest.mark.parametrize("above, compressed", [(0, True), (1, False)])
-def test_bodies_from_gzip_min_bytes_are_compressed(tmp_path: Any, monkeypatch: Any, above: int,
-                                                   compressed: bool) -> None:
-    path = write_json(tmp_path / "d.json", {"accounts": [{"token": TOKEN_A, "queues": [ALPHA_QUEUE] * 1}]})
-    size = len(call(service.create_app(service.open_data(str(path), None), False), headers=bearer(TOKEN_A)).body)
+def test_bodies_from_gzip_min_bytes_are_compressed(
+    tmp_path: Any, monkeypatch: Any, above: int, compressed: bool
+) -> None:
+    path = write_json(
+        tmp_path / "d.json", {"accounts": [{"token": TOKEN_A, "queues": [ALPHA_QUEUE] * 1}]}
+    )
+    size = len(
+        call(
+            service.create_app(service.open_data(str(path), None), False), headers=bearer(TOKEN_A)
+        ).body
+    )
     monkeypatch.setattr(service, "GZIP_MIN", size + above)
     app = service.create_app(service.open_data(str(path), None), access_log=False)
     response = call(app, headers=dict(bearer(TOKEN_A), **{"Accept-Encoding": "gzip"}))
@@ -508,8 +689,9 @@ def test_bodies_from_gzip_min_bytes_are_compressed(tmp_path: Any, monkeypatch: A
     assert ("Vary" in response.headers) is compressed
 
 
-def test_the_command_lines_access_log_writes_the_same_lines_and_all_of_them_at_close(data_path: Any,
-                                                                                    caplog: Any) -> None:
+def test_the_command_lines_access_log_writes_the_same_lines_and_all_of_them_at_close(
+    data_path: Any, caplog: Any
+) -> None:
     import io
     import time
 
@@ -519,7 +701,13 @@ def test_the_command_lines_access_log_writes_the_same_lines_and_all_of_them_at_c
         app = service.create_app(service.open_data(str(data_path), None), access_log=access_log)
         with caplog.at_level(logging.INFO, "qstash_lists.access"):
             for _ in range(100):
-                call(app, "/v2/queues/nothere", query="x=1", headers=bearer(TOKEN_A), REMOTE_ADDR="10.0.0.9")
+                call(
+                    app,
+                    "/v2/queues/nothere",
+                    query="x=1",
+                    headers=bearer(TOKEN_A),
+                    REMOTE_ADDR="10.0.0.9",
+                )
     batched.close()  # at once: the writer's next batch is not due yet
     lines = stream.getvalue().splitlines()
     assert len(lines) == 100 and len(caplog.records) == 100

@@ -65,19 +65,29 @@ def test_ready_the_version_served_and_when(data: Path) -> None:
     assert list(body) == KEYS
     assert body["status"] == "ok" and body["version"] == sha256(data)
     assert body["stale"] is False and body["failedAt"] is None
-    assert ISO_UTC.fullmatch(body["loadedAt"]) and before - 1 <= seconds(body["loadedAt"]) <= time.time() + 1
+    assert (
+        ISO_UTC.fullmatch(body["loadedAt"])
+        and before - 1 <= seconds(body["loadedAt"]) <= time.time() + 1
+    )
     assert response.body == json.dumps(body, separators=(",", ":")).encode()  # compact
-    assert response.headers == {"Content-Type": "application/json", "Content-Length": str(len(response.body)),
-                                "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+    assert response.headers == {
+        "Content-Type": "application/json",
+        "Content-Length": str(len(response.body)),
+        "Cache-Control": "no-store",
+        "X-Content-Type-Options": "nosniff",
+    }
 
 
-@pytest.mark.parametrize("how", [
-    {"method": "HEAD"},
-    {"headers": bearer("not-a-token")},  # a token, right or wrong, changes nothing
-    {"headers": bearer(TOKEN_A)},
-    {"query": "qstash_token=x&y"},
-    {"SCRIPT_NAME": "/qstash"},  # mounted under a prefix
-])
+@pytest.mark.parametrize(
+    "how",
+    [
+        {"method": "HEAD"},
+        {"headers": bearer("not-a-token")},  # a token, right or wrong, changes nothing
+        {"headers": bearer(TOKEN_A)},
+        {"query": "qstash_token=x&y"},
+        {"SCRIPT_NAME": "/qstash"},  # mounted under a prefix
+    ],
+)
 def test_every_way_of_asking_gets_the_same_answer(data: Path, how: Dict[str, Any]) -> None:
     app = service.create_app(service.open_data(str(data), None), access_log=False)
     plain = call(app, "/healthz")
@@ -88,14 +98,18 @@ def test_every_way_of_asking_gets_the_same_answer(data: Path, how: Dict[str, Any
 
 @pytest.mark.parametrize("writable", [False, True])
 def test_other_methods_and_paths(data: Path, writable: bool) -> None:
-    app = service.create_app(service.open_data(str(data), None, writable=writable), access_log=False)
+    app = service.create_app(
+        service.open_data(str(data), None, writable=writable), access_log=False
+    )
     for method in ("POST", "DELETE", "PUT"):  # read-only or not: it is no write
         response = call(app, "/healthz", method=method)
         assert (response.status, response.headers["Allow"]) == (405, "GET, HEAD")
         assert response.json() == {"error": "method not allowed: this path answers GET, HEAD"}
     for path in ("/healthz//", "/v2/healthz", "/healthz/x"):
         assert call(app, path).status == 404
-    assert call(app, "/healthz/").body == call(app, "/healthz").body  # a trailing slash, as on every path
+    assert (
+        call(app, "/healthz/").body == call(app, "/healthz").body
+    )  # a trailing slash, as on every path
     assert call(app, "/v2/queues").status == 401  # the API still needs its token
 
 
@@ -110,10 +124,18 @@ def test_a_bad_edit_says_stale_and_the_last_good_version_is_served(data: Path) -
     assert stale.status == 200
     body = stale.json()
     assert (body["status"], body["version"], body["loadedAt"], body["stale"]) == (
-        "ok", good["version"], good["loadedAt"], True)
+        "ok",
+        good["version"],
+        good["loadedAt"],
+        True,
+    )
     assert ISO_UTC.fullmatch(body["failedAt"]) and seconds(body["failedAt"]) <= failed_after + 1
-    assert list(body) == KEYS and b"secret" not in stale.body and b"line" not in stale.body  # no fault text
-    assert call(app, "/v2/queues", headers=bearer(TOKEN_A)).json() == [served(ALPHA_QUEUE)]  # still served
+    assert (
+        list(body) == KEYS and b"secret" not in stale.body and b"line" not in stale.body
+    )  # no fault text
+    assert call(app, "/v2/queues", headers=bearer(TOKEN_A)).json() == [
+        served(ALPHA_QUEUE)
+    ]  # still served
     write_json(data, dict(accounts_document(), accounts=accounts_document()["accounts"][:1]))
     assert source.refresh()
     fixed = call(app, "/healthz").json()
@@ -127,10 +149,18 @@ def test_503_with_retry_after_until_a_good_version_is_in_service(tmp_path: Path)
     source = service.open_data(str(path), None, interval=3600, required=False)
     app = service.create_app(source, access_log=False)
     response = call(app, "/healthz")
-    assert (response.status, response.headers["Retry-After"], response.headers["Cache-Control"]) == (
-        503, "1", "no-store")
+    assert (
+        response.status,
+        response.headers["Retry-After"],
+        response.headers["Cache-Control"],
+    ) == (503, "1", "no-store")
     body = response.json()
-    assert (body["status"], body["version"], body["loadedAt"], body["stale"]) == ("unavailable", None, None, True)
+    assert (body["status"], body["version"], body["loadedAt"], body["stale"]) == (
+        "unavailable",
+        None,
+        None,
+        True,
+    )
     assert ISO_UTC.fullmatch(body["failedAt"])
     write_json(path, accounts_document())
     assert source.refresh()
@@ -180,16 +210,29 @@ def test_each_server_answers_and_says_stale_after_a_bad_edit(tmp_path: Path, ser
     with started(COMMANDS[server](port), env, cwd=str(tmp_path)) as proc:
         log = Output(proc.stderr)
         wait_until_answered(port, timeout=60)
-        if server == "gunicorn":  # each worker loads the file itself: both have (their reloader threads run)
-            eventually(lambda: len(children(proc.pid)) == 2 and all(threads(c) >= 2 for c in children(proc.pid)))
+        if (
+            server == "gunicorn"
+        ):  # each worker loads the file itself: both have (their reloader threads run)
+            eventually(
+                lambda: (
+                    len(children(proc.pid)) == 2
+                    and all(threads(c) >= 2 for c in children(proc.pid))
+                )
+            )
         # Every process (uWSGI's and gunicorn's workers each watch the file) serves this version.
         good = sha256(data)
-        assert {(h["status"], h["version"], h["stale"], h["failedAt"]) for h in [healthz(port) for _ in range(8)]} \
-            == {("ok", good, False, None)}
+        assert {
+            (h["status"], h["version"], h["stale"], h["failedAt"])
+            for h in [healthz(port) for _ in range(8)]
+        } == {("ok", good, False, None)}
         replace(data, {"accounts": [{"token": TOKEN_A, "queues": "not a list"}]})
         eventually(lambda: all(healthz(port)["stale"] for _ in range(8)), timeout=30)
-        assert {(h["status"], h["version"]) for h in [healthz(port) for _ in range(8)]} == {("ok", good)}
-        assert all(get("127.0.0.1", port, "/v2/queues/emails")[0] == 200 for _ in range(8))  # the last good one
+        assert {(h["status"], h["version"]) for h in [healthz(port) for _ in range(8)]} == {
+            ("ok", good)
+        }
+        assert all(
+            get("127.0.0.1", port, "/v2/queues/emails")[0] == 200 for _ in range(8)
+        )  # the last good one
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
     assert "Traceback" not in log.text()
@@ -198,7 +241,9 @@ def test_each_server_answers_and_says_stale_after_a_bad_edit(tmp_path: Path, ser
 def test_two_replicas_of_one_file_give_the_same_version(data: Path) -> None:
     with serving(data, "--quiet") as one, serving(data, "--quiet") as two:
         first, second = healthz(one.port), healthz(two.port)
-        assert first["version"] == second["version"] == sha256(data)  # each its own load, the same digest
+        assert (
+            first["version"] == second["version"] == sha256(data)
+        )  # each its own load, the same digest
 
 
 def test_the_documented_probes_ask_this_path() -> None:
@@ -209,6 +254,7 @@ def test_the_documented_probes_ask_this_path() -> None:
     probes = yaml.safe_load(re.search(r"```yaml\n(readinessProbe:.*?)```", text, re.S).group(1))  # type: ignore
     assert {name: probe["httpGet"] for name, probe in probes.items()} == {
         "readinessProbe": {"path": service.HEALTH_PATH, "port": 8080},
-        "livenessProbe": {"path": service.HEALTH_PATH, "port": 8080}}
+        "livenessProbe": {"path": service.HEALTH_PATH, "port": 8080},
+    }
     shown = re.search(r"\$ curl -s http://127\.0\.0\.1:8081/healthz\n(.*)\n", text).group(1)  # type: ignore
     assert list(json.loads(shown)) == KEYS

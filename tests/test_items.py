@@ -24,7 +24,11 @@ from store import DataFile
 
 NOT_FOUND = {"error": service.NotFound.message}
 ODD_NAMES = ["my-queue", "a.b", "x_y", "Q.1-_"]  # every character QStash's rule allows
-BIG_GROUP = dict(ALPHA_GROUP, name="big", endpoints=[{"url": "https://h%d.example.com/hook" % i} for i in range(60)])
+BIG_GROUP = dict(
+    ALPHA_GROUP,
+    name="big",
+    endpoints=[{"url": "https://h%d.example.com/hook" % i} for i in range(60)],
+)
 BAD_NAME = {"error": "bad request: a queue's name has only letters, digits, '-', '.' and '_'"}
 
 
@@ -51,7 +55,8 @@ def no_such(noun: str, name: str) -> Dict[str, str]:
     return {"error": "not found: no %s named %s" % (noun, json.dumps(name))}
 
 
-# PATH_INFO (as the server decoded it), the token, and the answer: a status and the item (200) or error body.
+# PATH_INFO (as the server decoded it), the token, and the answer: a status and the item (200) or
+# error body.
 CASES: List[Any] = [
     ("/v2/topics/orders", TOKEN_A, 200, served(ALPHA_GROUP)),
     ("/v2/queues/emails", TOKEN_A, 200, served(ALPHA_QUEUE)),
@@ -87,7 +92,9 @@ CASES: List[Any] = [
 
 
 @pytest.mark.parametrize("path_info, token, status, expected", CASES)
-def test_item_paths(app: Any, path_info: str, token: Optional[str], status: int, expected: Any) -> None:
+def test_item_paths(
+    app: Any, path_info: str, token: Optional[str], status: int, expected: Any
+) -> None:
     response = call(app, path_info, headers=bearer(token) if token else {})
     assert response.status == status
     assert response.headers["Content-Type"] == "application/json"
@@ -99,10 +106,17 @@ def test_item_paths(app: Any, path_info: str, token: Optional[str], status: int,
         assert response.json() == expected
 
 
-@pytest.mark.parametrize("length, shown", [
-    (service.SHOWN_NAME, "q" * service.SHOWN_NAME), (service.SHOWN_NAME + 1, "q" * service.SHOWN_NAME + "...")])
+@pytest.mark.parametrize(
+    "length, shown",
+    [
+        (service.SHOWN_NAME, "q" * service.SHOWN_NAME),
+        (service.SHOWN_NAME + 1, "q" * service.SHOWN_NAME + "..."),
+    ],
+)
 def test_a_long_missing_name_is_cut_short_in_the_message(app: Any, length: int, shown: str) -> None:
-    assert call(app, "/v2/queues/" + "q" * length, headers=bearer(TOKEN_A)).json() == no_such("queue", shown)
+    assert call(app, "/v2/queues/" + "q" * length, headers=bearer(TOKEN_A)).json() == no_such(
+        "queue", shown
+    )
 
 
 def test_mounted_under_a_prefix(app: Any) -> None:
@@ -116,17 +130,23 @@ def test_an_item_is_exactly_its_element_of_the_list(app: Any, path: str) -> None
     for element in listed:
         name = element["name"]
         response = call(app, "%s/%s" % (path, name), headers=bearer(TOKEN_A))
-        assert response.body == json.dumps(element, ensure_ascii=False, separators=(",", ":")).encode()
+        assert (
+            response.body == json.dumps(element, ensure_ascii=False, separators=(",", ":")).encode()
+        )
 
 
 def test_another_accounts_name_answers_like_no_name_at_all(app: Any) -> None:
     theirs = call(app, "/v2/queues/reports", headers=bearer(TOKEN_A))  # exists in account B
-    nowhere = call(app, "/v2/queues/reparts", headers=bearer(TOKEN_A))  # exists nowhere; same length
+    nowhere = call(
+        app, "/v2/queues/reparts", headers=bearer(TOKEN_A)
+    )  # exists nowhere; same length
     assert (theirs.status, theirs.headers) == (nowhere.status, nowhere.headers)
     assert theirs.body.replace(b"reports", b"reparts") == nowhere.body
 
 
-@pytest.mark.parametrize("path", ["/v2/topics/orders", "/v2/queues/emails", "/v2/queues/nothere", "/v2/queues/a b"])
+@pytest.mark.parametrize(
+    "path", ["/v2/topics/orders", "/v2/queues/emails", "/v2/queues/nothere", "/v2/queues/a b"]
+)
 def test_head_is_get_without_the_body(app: Any, path: str) -> None:
     get = call(app, path, headers=bearer(TOKEN_A))
     head = call(app, path, method="HEAD", headers=bearer(TOKEN_A))
@@ -139,7 +159,9 @@ def test_etag_and_if_none_match(app: Any) -> None:
     assert first.headers["Cache-Control"] == "private, no-cache"
     again = call(app, "/v2/queues/emails", headers=dict(bearer(TOKEN_A), **{"If-None-Match": etag}))
     assert (again.status, again.body, again.headers["ETag"]) == (304, b"", etag)
-    other = call(app, "/v2/queues/my-queue", headers=dict(bearer(TOKEN_A), **{"If-None-Match": etag}))
+    other = call(
+        app, "/v2/queues/my-queue", headers=dict(bearer(TOKEN_A), **{"If-None-Match": etag})
+    )
     assert other.status == 200 and other.headers["ETag"] != etag
     stranger = call(app, "/v2/queues/emails", headers={"If-None-Match": etag})
     assert stranger.status == 401  # auth before the conditional
@@ -147,15 +169,23 @@ def test_etag_and_if_none_match(app: Any) -> None:
 
 def test_gzip_when_asked_and_large_enough(app: Any) -> None:
     plain = call(app, "/v2/topics/big", headers=bearer(TOKEN_A))
-    packed = call(app, "/v2/topics/big", headers=dict(bearer(TOKEN_A), **{"Accept-Encoding": "gzip"}))
-    assert packed.headers["Content-Encoding"] == "gzip" and packed.headers["Vary"] == "Accept-Encoding"
+    packed = call(
+        app, "/v2/topics/big", headers=dict(bearer(TOKEN_A), **{"Accept-Encoding": "gzip"})
+    )
+    assert (
+        packed.headers["Content-Encoding"] == "gzip" and packed.headers["Vary"] == "Accept-Encoding"
+    )
     assert gzip.decompress(packed.body) == plain.body
     assert json.loads(plain.body) == served(BIG_GROUP)
-    small = call(app, "/v2/queues/emails", headers=dict(bearer(TOKEN_A), **{"Accept-Encoding": "gzip"}))
+    small = call(
+        app, "/v2/queues/emails", headers=dict(bearer(TOKEN_A), **{"Accept-Encoding": "gzip"})
+    )
     assert "Content-Encoding" not in small.headers
 
 
-def test_bodies_are_encoded_once_per_account_and_only_for_names_that_exist(app: Any, data: DataFile) -> None:
+def test_bodies_are_encoded_once_per_account_and_only_for_names_that_exist(
+    app: Any, data: DataFile
+) -> None:
     for _ in range(3):
         call(app, "/v2/queues/emails", headers=bearer(TOKEN_A))
         call(app, "/v2/queues/nothere", headers=bearer(TOKEN_A))

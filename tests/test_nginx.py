@@ -1,7 +1,8 @@
 """The deployment recipe as it is written: Debian's nginx running docs/nginx/qstash-lists.conf in
-front of real replicas (``python app.py``), on loopback ports, against slow, idle and never-reading
-clients, a rolling restart and a crash, a data-file change, and revalidation.  Each case is bounded
-in time; hostile clients come from other loopback addresses (127.0.0.2 and up) than the fresh one."""
+front of real replicas (``python app.py``), on loopback ports, against slow, idle and
+never-reading clients, a rolling restart and a crash, a data-file change, and revalidation.  Each
+case is bounded in time; hostile clients come from other loopback addresses (127.0.0.2 and up)
+than the fresh one."""
 
 import http.client
 import os
@@ -31,7 +32,9 @@ from helpers import (
 )
 
 NGINX = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
-pytestmark = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install nginx; .ci/run does)")
+pytestmark = pytest.mark.skipif(
+    NGINX is None, reason="nginx is not installed (apt-get install nginx; .ci/run does)"
+)
 CONF = ROOT / "docs" / "nginx" / "qstash-lists.conf"
 REQUEST = b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n"
 MAIN = """daemon off;
@@ -60,7 +63,9 @@ def descriptors() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (4096, hard))
 
 
-def get(port: int, path: str = "/v2/queues", timeout: float = 10) -> Tuple[int, "http.client.HTTPMessage", bytes]:
+def get(
+    port: int, path: str = "/v2/queues", timeout: float = 10
+) -> Tuple[int, "http.client.HTTPMessage", bytes]:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         conn.request("GET", path, headers={"Authorization": "Bearer " + TOKEN_A})
@@ -72,8 +77,17 @@ def get(port: int, path: str = "/v2/queues", timeout: float = 10) -> Tuple[int, 
 
 @contextmanager
 def replica(data: Path, port: int) -> Iterator[Any]:
-    """``python app.py`` on ``port``, answering; its stderr is read as it comes, as a supervisor would."""
-    command = [sys.executable, str(ROOT / "app.py"), "--port", str(port), "--data", str(data), "--quiet"]
+    """``python app.py`` on ``port``, answering; its stderr is read as it comes, as a supervisor
+    would."""
+    command = [
+        sys.executable,
+        str(ROOT / "app.py"),
+        "--port",
+        str(port),
+        "--data",
+        str(data),
+        "--quiet",
+    ]
     with started(command) as proc:
         Output(proc.stderr)
         assert " on http://" in proc.stdout.readline()  # type: ignore[union-attr]
@@ -87,8 +101,10 @@ def nginx(tmp_path: Path, replicas: List[int]) -> Iterator[int]:
     text = CONF.read_text().replace("listen 80;", "listen 127.0.0.1:%d;" % port)
     text = text.replace("/var/log/nginx/qstash-lists.log", str(tmp_path / "access.log"))
     upstreams = ["    server 127.0.0.1:%d max_fails=0;\n" % p for p in replicas]
-    text = text.replace("    server 127.0.0.1:8081 max_fails=0;\n    server 127.0.0.1:8082 max_fails=0;\n",
-                        "".join(upstreams))
+    text = text.replace(
+        "    server 127.0.0.1:8081 max_fails=0;\n    server 127.0.0.1:8082 max_fails=0;\n",
+        "".join(upstreams),
+    )
     assert "".join(upstreams) in text, "the upstream lines of docs/nginx/qstash-lists.conf changed"
     (tmp_path / "qstash-lists.conf").write_text(text)
     (tmp_path / "nginx.conf").write_text(MAIN.format(tmp=tmp_path))
@@ -122,7 +138,8 @@ def hostile(port: int, count: int) -> List[socket.socket]:
 
 
 def fresh_client_answered(port: int, timeout: float) -> bool:
-    """Whether a fresh client is answered before its own socket timeout (a client's, not a measurement)."""
+    """Whether a fresh client is answered before its own socket timeout (a client's, not a
+    measurement)."""
     status, _, body = get(port, "/v2/queues/emails", timeout=timeout)
     return status == 200 and body.startswith(b'{"createdAt"')
 
@@ -138,7 +155,7 @@ def test_tricklers_and_idle_connections_do_not_stop_a_fresh_client(tmp_path: Pat
             for i in range(3):  # three seconds of trickling, a byte each
                 for sock in tricklers:
                     try:
-                        sock.send(REQUEST[i:i + 1])
+                        sock.send(REQUEST[i : i + 1])
                     except OSError:
                         pass  # dropped by nginx: what a proxy is for
                 assert fresh_client_answered(port, timeout=5)
@@ -153,8 +170,18 @@ def test_never_reading_pipeliners_do_not_stop_a_fresh_client(tmp_path: Path) -> 
     the replica goes on answering, so a fresh client is answered while they still hold their
     connections (a replica they held would answer it only once nginx drops them, send_timeout
     10 s).  How long it waits depends on the machine: docs/deploying.md gives what was measured."""
-    data = write_json(tmp_path / "data.json", {"accounts": [{"token": TOKEN_A, "queues": [dict(ALPHA_QUEUE)] + [
-        dict(Q_TEMPLATE, name="q%d" % i) for i in range(100)]}]})
+    data = write_json(
+        tmp_path / "data.json",
+        {
+            "accounts": [
+                {
+                    "token": TOKEN_A,
+                    "queues": [dict(ALPHA_QUEUE)]
+                    + [dict(Q_TEMPLATE, name="q%d" % i) for i in range(100)],
+                }
+            ]
+        },
+    )
     backend = free_port()
     with replica(data, backend), nginx(tmp_path, [backend]) as port:
         hogs = hostile(port, 200)
@@ -162,7 +189,9 @@ def test_never_reading_pipeliners_do_not_stop_a_fresh_client(tmp_path: Path) -> 
             for sock in hogs:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
                 sock.sendall(REQUEST * 50)
-            assert fresh_client_answered(port, timeout=9)  # before nginx's send_timeout (10 s) drops them
+            assert fresh_client_answered(
+                port, timeout=9
+            )  # before nginx's send_timeout (10 s) drops them
         finally:
             for sock in hogs:
                 sock.close()
@@ -185,7 +214,9 @@ class Load:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
         while not self.stop.is_set():
             try:
-                conn.request("GET", "/v2/queues/emails", headers={"Authorization": "Bearer " + TOKEN_A})
+                conn.request(
+                    "GET", "/v2/queues/emails", headers={"Authorization": "Bearer " + TOKEN_A}
+                )
                 response = conn.getresponse()
                 response.read()
                 if response.status != 200:
@@ -210,11 +241,14 @@ class Load:
 def test_a_rolling_restart_then_a_crash_loses_nothing(tmp_path: Path) -> None:
     """SIGTERM a replica, start it again, then the other, under a steady load: no request fails.
     Then, 3 s after it is back, one replica is killed outright: nginx's defaults kept it marked
-    down for 10 s and blacked the service out (1,460 of 2,000 requests got 502); now nothing fails."""
+    down for 10 s and blacked the service out (1,460 of 2,000 requests got 502); now nothing
+    fails."""
     data = write_json(tmp_path / "data.json", accounts_document())
     ports = [free_port(), free_port()]
-    command = [[sys.executable, str(ROOT / "app.py"), "--port", str(p), "--data", str(data), "--quiet"]
-               for p in ports]
+    command = [
+        [sys.executable, str(ROOT / "app.py"), "--port", str(p), "--data", str(data), "--quiet"]
+        for p in ports
+    ]
     procs: Dict[int, Any] = {}
     contexts = {}
 
@@ -283,7 +317,11 @@ def test_revalidation_keeps_the_connection_to_nginx(tmp_path: Path) -> None:
         etag = first.getheader("ETag") or ""
         sock = conn.sock
         for _ in range(5):
-            conn.request("GET", "/v2/queues", headers={"Authorization": "Bearer " + TOKEN_A, "If-None-Match": etag})
+            conn.request(
+                "GET",
+                "/v2/queues",
+                headers={"Authorization": "Bearer " + TOKEN_A, "If-None-Match": etag},
+            )
             response = conn.getresponse()
             response.read()
             assert response.status == 304 and not response.will_close
@@ -291,9 +329,12 @@ def test_revalidation_keeps_the_connection_to_nginx(tmp_path: Path) -> None:
         conn.close()
 
 
-def test_the_health_check_is_never_rate_limited_and_skips_a_replica_that_is_not_ready(tmp_path: Path) -> None:
+def test_the_health_check_is_never_rate_limited_and_skips_a_replica_that_is_not_ready(
+    tmp_path: Path,
+) -> None:
     """Hundreds of health checks a second from one address pass, where the API's own requests get
-    429 past their burst; a replica with nothing good to serve (503) is passed over for a ready one."""
+    429 past their burst; a replica with nothing good to serve (503) is passed over for a ready
+    one."""
     import hashlib
     import json
 
@@ -301,9 +342,19 @@ def test_the_health_check_is_never_rate_limited_and_skips_a_replica_that_is_not_
     broken = tmp_path / "broken.json"
     broken.write_text("{")
     ports = [free_port(), free_port()]
-    starting = [sys.executable, "-m", "waitress", "--listen=127.0.0.1:%d" % ports[1], "--call", "app:make_app"]
-    with replica(data, ports[0]), started(starting, {"QSTASH_LISTS_DATA": str(broken)}) as not_ready, \
-            nginx(tmp_path, ports) as port:
+    starting = [
+        sys.executable,
+        "-m",
+        "waitress",
+        "--listen=127.0.0.1:%d" % ports[1],
+        "--call",
+        "app:make_app",
+    ]
+    with (
+        replica(data, ports[0]),
+        started(starting, {"QSTASH_LISTS_DATA": str(broken)}) as not_ready,
+        nginx(tmp_path, ports) as port,
+    ):
         eventually(lambda: _connects(ports[1]))
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         statuses = []
@@ -315,7 +366,9 @@ def test_the_health_check_is_never_rate_limited_and_skips_a_replica_that_is_not_
             if path == "/healthz" and response.status == 200:
                 assert json.loads(body)["version"] == hashlib.sha256(data.read_bytes()).hexdigest()
         conn.close()
-        assert statuses[:400] == [("/healthz", 200)] * 400  # the not-ready replica's 503s passed over
+        assert (
+            statuses[:400] == [("/healthz", 200)] * 400
+        )  # the not-ready replica's 503s passed over
         assert ("/v2/queues", 429) in statuses[400:]  # the limit is on
         assert not_ready.poll() is None
 
@@ -327,6 +380,8 @@ def test_the_access_log_shows_no_query(tmp_path: Path) -> None:
     with replica(data, backend), nginx(tmp_path, [backend]) as port:
         status, _, _ = get(port, "/v2/queues/emails?qstash_token=" + TOKEN_A + "&x=1")
         assert status == 200
-        eventually(lambda: (tmp_path / "access.log").exists() and (tmp_path / "access.log").read_text())
+        eventually(
+            lambda: (tmp_path / "access.log").exists() and (tmp_path / "access.log").read_text()
+        )
     [line] = (tmp_path / "access.log").read_text().splitlines()
     assert '"GET /v2/queues/emails" 200 ' in line and TOKEN_A not in line and "?" not in line

@@ -15,10 +15,18 @@ import pytest
 import yaml
 from helpers import TOKEN_A, TOKEN_B, TOKEN_C, bearer, call
 
-DOCUMENT = yaml.safe_load((Path(__file__).resolve().parent / "openapi.yaml").read_text(encoding="utf-8"))
+DOCUMENT = yaml.safe_load(
+    (Path(__file__).resolve().parent / "openapi.yaml").read_text(encoding="utf-8")
+)
 SCHEMAS = DOCUMENT["components"]["schemas"]
 MAY_BE_ABSENT = {("Endpoint", "name")}
-TYPES = {"string": (str,), "integer": (int,), "boolean": (bool,), "array": (list,), "object": (dict,)}
+TYPES = {
+    "string": (str,),
+    "integer": (int,),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+}
 
 
 def check(value: Any, schema: Dict[str, Any], where: str, name: Optional[str] = None) -> None:
@@ -31,7 +39,10 @@ def check(value: Any, schema: Dict[str, Any], where: str, name: Optional[str] = 
     assert type(value) in TYPES[kind], "%s: expected %s, got %r" % (where, kind, value)
     if kind == "object":
         declared = schema["properties"]
-        assert set(value) <= set(declared), "%s: undeclared %s" % (where, sorted(set(value) - set(declared)))
+        assert set(value) <= set(declared), "%s: undeclared %s" % (
+            where,
+            sorted(set(value) - set(declared)),
+        )
         for key, sub in declared.items():
             if key in value:
                 check(value[key], sub, "%s.%s" % (where, key))
@@ -70,8 +81,9 @@ CASES = [
 
 
 @pytest.mark.parametrize("operation, path, token, status", CASES)
-def test_answers_fit_the_documented_schema(app: Any, operation: str, path: str, token: Optional[str],
-                                           status: int) -> None:
+def test_answers_fit_the_documented_schema(
+    app: Any, operation: str, path: str, token: Optional[str], status: int
+) -> None:
     response = call(app, path, headers=bearer(token) if token else {})
     assert response.status == status
     responses = DOCUMENT["paths"][operation]["get"]["responses"]
@@ -86,13 +98,27 @@ def test_answers_fit_the_documented_schema(app: Any, operation: str, path: str, 
 
 
 def test_the_checker_is_strict() -> None:
-    queue = {"createdAt": 1, "updatedAt": 1, "name": "q", "parallelism": 1, "lag": 0, "paused": False}
+    queue = {
+        "createdAt": 1,
+        "updatedAt": 1,
+        "name": "q",
+        "parallelism": 1,
+        "lag": 0,
+        "paused": False,
+    }
     check(queue, {"$ref": "#/components/schemas/Queue"}, "ok")
-    for bad in [dict(queue, lag=1.0), dict(queue, paused=0), dict(queue, extra=1),
-                {k: v for k, v in queue.items() if k != "paused"}, dict(queue, lag=True)]:
+    for bad in [
+        dict(queue, lag=1.0),
+        dict(queue, paused=0),
+        dict(queue, extra=1),
+        {k: v for k, v in queue.items() if k != "paused"},
+        dict(queue, lag=True),
+    ]:
         with pytest.raises(AssertionError):
             check(bad, {"$ref": "#/components/schemas/Queue"}, "bad")
     group = {"createdAt": 1, "updatedAt": 1, "name": "g", "endpoints": [{"url": "http://a"}]}
-    check(group, {"$ref": "#/components/schemas/URLGroup"}, "ok")  # an endpoint's name may be absent
+    check(
+        group, {"$ref": "#/components/schemas/URLGroup"}, "ok"
+    )  # an endpoint's name may be absent
     with pytest.raises(AssertionError):
         check(dict(group, endpoints=None), {"$ref": "#/components/schemas/URLGroup"}, "bad")

@@ -38,8 +38,14 @@ def user_module(folder: Path, name: str, mark: str) -> None:
 
 def serve_one(cwd: Path, module: str, data: Path, pythonpath: str = "") -> Dict[str, Any]:
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": pythonpath}
-    done = subprocess.run([sys.executable, "-c", SERVE_ONE, module, str(data)], cwd=str(cwd), env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", SERVE_ONE, module, str(data)],
+        cwd=str(cwd),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     result: Dict[str, Any] = json.loads(done.stdout)
     assert (result["status"], result["body"]) == ("200 OK", served(ALPHA_QUEUE))
@@ -68,7 +74,9 @@ def test_a_top_level_app_finds_its_own_store_when_another_comes_first(tmp_path: 
     data = write_json(tmp_path / "data.json", accounts_document())
     user_module(tmp_path / "first", "store.py", "the user's store, first on sys.path")
     copy_modules(tmp_path / "lib")
-    result = serve_one(tmp_path, "app", data, pythonpath="%s:%s" % (tmp_path / "first", tmp_path / "lib"))
+    result = serve_one(
+        tmp_path, "app", data, pythonpath="%s:%s" % (tmp_path / "first", tmp_path / "lib")
+    )
     assert result["users_store"] == "the user's store, first on sys.path"
     assert Path(result["app_store_file"]) == tmp_path / "lib" / "store.py"
 
@@ -76,7 +84,9 @@ def test_a_top_level_app_finds_its_own_store_when_another_comes_first(tmp_path: 
 def test_a_top_level_app_shares_store_when_it_is_its_own(tmp_path: Path) -> None:
     data = write_json(tmp_path / "data.json", accounts_document())
     copy_modules(tmp_path / "lib")
-    (tmp_path / "lib" / "store.py").write_text((ROOT / "store.py").read_text() + "\nMARK = 'ours'\n")
+    (tmp_path / "lib" / "store.py").write_text(
+        (ROOT / "store.py").read_text() + "\nMARK = 'ours'\n"
+    )
     result = serve_one(tmp_path, "app", data, pythonpath=str(tmp_path / "lib"))
     assert (result["users_store"], result["app_store"]) == ("ours", "store")  # one module, not two
 
@@ -85,10 +95,18 @@ def test_run_as_a_script_from_elsewhere(tmp_path: Path) -> None:
     data = write_json(tmp_path / "data.json", accounts_document())
     user_module(tmp_path / "first", "store.py", "not ours")
     copy_modules(tmp_path / "lib")
-    done = subprocess.run([sys.executable, str(tmp_path / "lib" / "app.py"), "--check", "--data", str(data)],
-                          cwd=str(tmp_path), env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path / "first")},
-                          capture_output=True, text=True, timeout=60)
-    assert (done.returncode, done.stdout) == (0, "%s: OK: 3 accounts, 1 URL group, 2 queues\n" % data)
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "lib" / "app.py"), "--check", "--data", str(data)],
+        cwd=str(tmp_path),
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(tmp_path / "first")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (
+        0,
+        "%s: OK: 3 accounts, 1 URL group, 2 queues\n" % data,
+    )
 
 
 def installed_names(wheel: Path) -> set:  # type: ignore[type-arg]
@@ -97,29 +115,74 @@ def installed_names(wheel: Path) -> set:  # type: ignore[type-arg]
 
 
 def test_pip_install_puts_only_qstash_lists_on_the_path(tmp_path: Path) -> None:
-    source = tmp_path / "source"  # a copy: building writes build/ and *.egg-info/ beside the sources
+    source = (
+        tmp_path / "source"
+    )  # a copy: building writes build/ and *.egg-info/ beside the sources
     source.mkdir()
-    for name in ("setup.cfg", "pyproject.toml", "app.py", "store.py", "py.typed", "README.md", "LICENSE"):
+    for name in (
+        "setup.cfg",
+        "pyproject.toml",
+        "app.py",
+        "store.py",
+        "py.typed",
+        "README.md",
+        "LICENSE",
+    ):
         shutil.copy(ROOT / name, source / name)
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path / "dist"),
-                            str(source)], capture_output=True, text=True, timeout=300)
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "-w",
+            str(tmp_path / "dist"),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert built.returncode == 0, built.stderr
     wheel = next((tmp_path / "dist").glob("qstash_lists-*.whl"))
     assert installed_names(wheel) == {"qstash_lists", wheel.name.split("-py3")[0] + ".dist-info"}
     with zipfile.ZipFile(wheel) as archive:
         assert sorted(n for n in archive.namelist() if n.startswith("qstash_lists/")) == [
-            "qstash_lists/app.py", "qstash_lists/py.typed", "qstash_lists/store.py"]
+            "qstash_lists/app.py",
+            "qstash_lists/py.typed",
+            "qstash_lists/store.py",
+        ]
         entry_points: Optional[str] = next(
-            archive.read(n).decode() for n in archive.namelist() if n.endswith("entry_points.txt"))
+            archive.read(n).decode() for n in archive.namelist() if n.endswith("entry_points.txt")
+        )
     assert "qstash-lists = qstash_lists.app:main" in (entry_points or "")
     site = tmp_path / "site"
-    installed = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site),
-                                str(wheel)], capture_output=True, text=True, timeout=300)
+    installed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            str(site),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert installed.returncode == 0, installed.stderr
     # The user's own app.py and store.py stay theirs; the service is qstash_lists.app.
     user_module(tmp_path / "user", "store.py", "the user's store")
     user_module(tmp_path / "user", "app.py", "the user's app")
     data = write_json(tmp_path / "data.json", accounts_document())
     result = serve_one(tmp_path / "user", "qstash_lists.app", data, pythonpath=str(site))
-    assert (result["users_store"], result["app_store"]) == ("the user's store", "qstash_lists.store")
+    assert (result["users_store"], result["app_store"]) == (
+        "the user's store",
+        "qstash_lists.store",
+    )
     assert TOKEN_A not in json.dumps(result)

@@ -49,7 +49,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             except OSError:  # the client gave up
                 pass
             return
-        status, kind, body = self.server.answers.get(self.path, (404, "application/json", b'{"error":"no"}'))
+        status, kind, body = self.server.answers.get(
+            self.path, (404, "application/json", b'{"error":"no"}')
+        )
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
@@ -95,9 +97,11 @@ def good(extra: bool = False) -> Dict[str, Answer]:
     if extra:  # fields QStash may add over time, and an endpoint without a name written as ""
         endpoints.append({"url": "https://c.example.com/hook", "name": "", "topicName": "orders"})
         queue.update(dlqCount=3, secretish="value-not-to-print")
-    return {"/v2/topics": (200, "application/json", json.dumps([group]).encode()),
-            "/v2/queues": (200, "application/json", json.dumps([queue]).encode()),
-            "/v2/keys": (200, "application/json", json.dumps(SIGNING_KEYS).encode())}
+    return {
+        "/v2/topics": (200, "application/json", json.dumps([group]).encode()),
+        "/v2/queues": (200, "application/json", json.dumps([queue]).encode()),
+        "/v2/keys": (200, "application/json", json.dumps(SIGNING_KEYS).encode()),
+    }
 
 
 @pytest.fixture
@@ -112,8 +116,13 @@ def fake() -> Iterator[Fake]:
 
 
 def record(fake: Fake, path: Path, *args: str, token: str = TOKEN_A) -> Tuple[int, str, str]:
-    return run(["--record", "--data", str(path)] + list(args),
-               env={"QSTASH_LISTS_UPSTREAM": "http://127.0.0.1:%d" % fake.server_address[1], "QSTASH_TOKEN": token})
+    return run(
+        ["--record", "--data", str(path)] + list(args),
+        env={
+            "QSTASH_LISTS_UPSTREAM": "http://127.0.0.1:%d" % fake.server_address[1],
+            "QSTASH_TOKEN": token,
+        },
+    )
 
 
 def test_a_round_trip_serves_the_same_lists(fake: Fake, tmp_path: Path) -> None:
@@ -125,15 +134,27 @@ def test_a_round_trip_serves_the_same_lists(fake: Fake, tmp_path: Path) -> None:
             status, _, body = server.get(path, bearer(TOKEN_A))
             fake.answers[path] = (status, "application/json", body)
         url = "http://127.0.0.1:%d" % fake.server_address[1]
-        code, out, err = run(["--record", "--signing-keys", "--data", str(copy)],
-                             env={"QSTASH_URL": server.url, "QSTASH_LISTS_UPSTREAM": url, "QSTASH_TOKEN": TOKEN_A})
+        code, out, err = run(
+            ["--record", "--signing-keys", "--data", str(copy)],
+            env={"QSTASH_URL": server.url, "QSTASH_LISTS_UPSTREAM": url, "QSTASH_TOKEN": TOKEN_A},
+        )
         assert (code, err) == (0, "")
         assert out == "%s: recorded 1 account, 1 URL group, 1 queue from %s\n" % (copy, url)
-        original = service.create_app(service.open_data(str(tmp_path / "d.json"), None), access_log=False)
+        original = service.create_app(
+            service.open_data(str(tmp_path / "d.json"), None), access_log=False
+        )
         recorded = service.create_app(service.open_data(str(copy), TOKEN_A), access_log=False)
-        for path in ("/v2/topics", "/v2/queues", "/v2/topics/orders", "/v2/queues/emails", "/v2/keys"):
+        for path in (
+            "/v2/topics",
+            "/v2/queues",
+            "/v2/topics/orders",
+            "/v2/queues/emails",
+            "/v2/keys",
+        ):
             auth = bearer(TOKEN_A)
-            assert call(recorded, path, headers=auth).body == call(original, path, headers=auth).body
+            assert (
+                call(recorded, path, headers=auth).body == call(original, path, headers=auth).body
+            )
     assert TOKEN_A not in out + err + copy.read_text()
 
 
@@ -141,20 +162,31 @@ def test_a_round_trip_serves_the_same_lists(fake: Fake, tmp_path: Path) -> None:
 def test_a_qstash_lists_server_as_upstream_is_named_as_such(tmp_path: Path, token: str) -> None:
     path = tmp_path / "copy.json"
     with serving(write_json(tmp_path / "d.json", accounts_document()), "--quiet") as server:
-        code, out, err = run(["--record", "--data", str(path)],
-                             env={"QSTASH_LISTS_UPSTREAM": server.url, "QSTASH_TOKEN": token})
+        code, out, err = run(
+            ["--record", "--data", str(path)],
+            env={"QSTASH_LISTS_UPSTREAM": server.url, "QSTASH_TOKEN": token},
+        )
     assert (code, out) == (2, "") and not path.exists()
-    assert "GET %s/v2/topics: " % server.url in err and "that is a qstash-lists server, not QStash; set --upstream " \
-        "(QSTASH_LISTS_UPSTREAM) to QStash's API" in err and err.count("\n") == 1
+    assert (
+        "GET %s/v2/topics: " % server.url in err
+        and "that is a qstash-lists server, not QStash; set --upstream "
+        "(QSTASH_LISTS_UPSTREAM) to QStash's API"
+        in err
+        and err.count("\n") == 1
+    )
 
 
-def test_unknown_fields_are_left_out_by_name_and_keys_only_when_asked(fake: Fake, tmp_path: Path) -> None:
+def test_unknown_fields_are_left_out_by_name_and_keys_only_when_asked(
+    fake: Fake, tmp_path: Path
+) -> None:
     fake.answers = good(extra=True)
     path = tmp_path / "data.json"
     code, out, err = record(fake, path)
     assert code == 0
-    assert err == "%s: left out what a data file does not hold: endpoints.topicName, queues.dlqCount, " \
-                  "queues.secretish\n" % path
+    assert (
+        err == "%s: left out what a data file does not hold: endpoints.topicName, queues.dlqCount, "
+        "queues.secretish\n" % path
+    )
     written = json.loads(path.read_text())
     assert "signingKeys" not in written and written["queues"] == [served(ALPHA_QUEUE)]
     assert written["urlGroups"][0]["endpoints"][-1] == {"url": "https://c.example.com/hook"}
@@ -168,22 +200,60 @@ def test_unknown_fields_are_left_out_by_name_and_keys_only_when_asked(fake: Fake
 BEFORE = b'{"queues": []}\n  '  # an existing file, kept byte for byte
 
 
-@pytest.mark.parametrize("answers, args, line", [
-    ({"/v2/topics": (401, "application/json", b'{"error":"Unauthorized"}')}, [],
-     "GET {url}/v2/topics: answered 401 Unauthorized; check QSTASH_TOKEN; {path} is unchanged"),
-    ({"/v2/queues": (500, "application/json", b'{"error":"oops"}')}, [],
-     "GET {url}/v2/queues: answered 500 Internal Server Error; try again later; {path} is unchanged"),
-    ({"/v2/topics": (200, "text/html", b"<html><body>Bad gateway</body></html>")}, [],
-     "GET {url}/v2/topics: the answer is not JSON; " + UPSTREAM + "; {path} is unchanged"),
-    ({"/v2/topics": (200, "application/json", b'{"topics": []}')}, [],
-     "{url}/v2/topics: expected a JSON array of objects; " + UPSTREAM + "; {path} is unchanged"),
-    ({"/v2/queues": (200, "application/json", json.dumps([dict(ALPHA_QUEUE)] * 40).encode())}, ["--max-size", "1K"],
-     "GET {url}/v2/queues: the answer is over 1024 bytes (--max-size); {path} is unchanged"),
-    ({"/v2/queues": (200, "application/json", json.dumps([dict(ALPHA_QUEUE, lag=-1)]).encode())}, [],
-     "{path}: queues[0].lag: expected an integer from 0 to 2**53 - 1, got -1"),
-])
-def test_each_failure_is_one_line_and_leaves_the_file(fake: Fake, tmp_path: Path, answers: Any, args: Any,
-                                                      line: str) -> None:
+@pytest.mark.parametrize(
+    "answers, args, line",
+    [
+        (
+            {"/v2/topics": (401, "application/json", b'{"error":"Unauthorized"}')},
+            [],
+            "GET {url}/v2/topics: answered 401 Unauthorized; check QSTASH_TOKEN; {path} is "
+            "unchanged",
+        ),
+        (
+            {"/v2/queues": (500, "application/json", b'{"error":"oops"}')},
+            [],
+            "GET {url}/v2/queues: answered 500 Internal Server Error; try again later; {path} is "
+            "unchanged",
+        ),
+        (
+            {"/v2/topics": (200, "text/html", b"<html><body>Bad gateway</body></html>")},
+            [],
+            "GET {url}/v2/topics: the answer is not JSON; " + UPSTREAM + "; {path} is unchanged",
+        ),
+        (
+            {"/v2/topics": (200, "application/json", b'{"topics": []}')},
+            [],
+            "{url}/v2/topics: expected a JSON array of objects; "
+            + UPSTREAM
+            + "; {path} is unchanged",
+        ),
+        (
+            {
+                "/v2/queues": (
+                    200,
+                    "application/json",
+                    json.dumps([dict(ALPHA_QUEUE)] * 40).encode(),
+                )
+            },
+            ["--max-size", "1K"],
+            "GET {url}/v2/queues: the answer is over 1024 bytes (--max-size); {path} is unchanged",
+        ),
+        (
+            {
+                "/v2/queues": (
+                    200,
+                    "application/json",
+                    json.dumps([dict(ALPHA_QUEUE, lag=-1)]).encode(),
+                )
+            },
+            [],
+            "{path}: queues[0].lag: expected an integer from 0 to 2**53 - 1, got -1",
+        ),
+    ],
+)
+def test_each_failure_is_one_line_and_leaves_the_file(
+    fake: Fake, tmp_path: Path, answers: Any, args: Any, line: str
+) -> None:
     fake.answers.update(answers)
     path = tmp_path / "data.json"
     path.write_bytes(BEFORE)
@@ -197,7 +267,9 @@ def test_each_failure_is_one_line_and_leaves_the_file(fake: Fake, tmp_path: Path
 
 
 @pytest.mark.parametrize("how", ["drip", "endless", "silent"])
-def test_record_ends_within_its_deadline_whatever_the_api_does(fake: Fake, tmp_path: Path, how: str) -> None:
+def test_record_ends_within_its_deadline_whatever_the_api_does(
+    fake: Fake, tmp_path: Path, how: str
+) -> None:
     """A socket timeout bounds each read, not a whole answer: a drip-fed one (a byte every 0.3 s,
     each read well within any timeout) or one that never ends kept --record running for minutes."""
     if how == "silent":
@@ -207,13 +279,23 @@ def test_record_ends_within_its_deadline_whatever_the_api_does(fake: Fake, tmp_p
     path = tmp_path / "data.json"
     path.write_bytes(BEFORE)
     url = "http://127.0.0.1:%d" % fake.server_address[1]
-    # Without the deadline, the run would outlast run()'s own 30 s (the fake never finishes): that fails the test,
+    # Without the deadline, the run would outlast run()'s own 30 s (the fake never finishes): that
+    # fails the test,
     # and the message says the deadline ended it, whatever the machine's load.
-    code, out, err = run(["--record", "--data", str(path)], env={
-        "QSTASH_LISTS_UPSTREAM": url, "QSTASH_TOKEN": TOKEN_A, "QSTASH_LISTS_RECORD_TIMEOUT": "2"})
+    code, out, err = run(
+        ["--record", "--data", str(path)],
+        env={
+            "QSTASH_LISTS_UPSTREAM": url,
+            "QSTASH_TOKEN": TOKEN_A,
+            "QSTASH_LISTS_RECORD_TIMEOUT": "2",
+        },
+    )
     assert (code, out) == (2, "")
-    assert err == ("GET %s/v2/topics: no whole answer within 2 s (--record-timeout, QSTASH_LISTS_RECORD_TIMEOUT); "
-                   "%s is unchanged\n" % (url, path))
+    assert err == (
+        "GET %s/v2/topics: no whole answer within 2 s (--record-timeout, "
+        "QSTASH_LISTS_RECORD_TIMEOUT); "
+        "%s is unchanged\n" % (url, path)
+    )
     assert path.read_bytes() == BEFORE
     assert [p.name for p in tmp_path.iterdir()] == ["data.json"]
 
@@ -226,8 +308,10 @@ def test_a_redirect_is_not_followed_with_the_token(fake: Fake, tmp_path: Path) -
     code, out, err = record(fake, path)
     url = "http://127.0.0.1:%d" % fake.server_address[1]
     assert (code, out) == (2, "")
-    assert err == ("GET %s/v2/topics: answered 302 Found; not followed; %s (/v2/topics); %s is unchanged\n"
-                   % (url, UPSTREAM, path))
+    assert err == (
+        "GET %s/v2/topics: answered 302 Found; not followed; %s (/v2/topics); %s is unchanged\n"
+        % (url, UPSTREAM, path)
+    )
     assert len(fake.seen) == 1 and path.read_bytes() == BEFORE
 
 
@@ -248,7 +332,10 @@ def test_a_refused_connection_and_a_missing_token(tmp_path: Path) -> None:
         code, _, err = run(["--record", "--data", str(path)], env=env)
     assert code == 2 and err.startswith("GET %s/v2/topics: no answer (" % url)
     assert run(["--record", "--data", str(path)]) == (
-        2, "", "QSTASH_TOKEN is not set: --record reads the account whose token it is\n")
+        2,
+        "",
+        "QSTASH_TOKEN is not set: --record reads the account whose token it is\n",
+    )
     assert path.read_bytes() == BEFORE
 
 
@@ -266,7 +353,7 @@ def test_the_file_keeps_its_mode_and_a_symlink_its_target(fake: Fake, tmp_path: 
 
 
 def test_the_size_limit_is_checked_on_the_bytes_written(fake: Fake, tmp_path: Path) -> None:
-    """Each answer fits in --max-size; the indented file they make does not: refused, not written."""
+    """Each answer fits in --max-size; the file they make does not: refused, not written."""
     path = tmp_path / "data.json"
     path.write_bytes(BEFORE)
     limit = max(len(body) for _, _, body in fake.answers.values()) + 1
@@ -283,11 +370,22 @@ def test_each_other_failure_is_one_line(fake: Fake, tmp_path: Path, how: str) ->
         path.write_bytes(BEFORE)
     if how == "nested":
         fake.answers["/v2/topics"] = (200, "application/json", b"[" * 100000 + b"]" * 100000)
-    env = {"QSTASH_TOKEN": TOKEN_A, "QSTASH_LISTS_UPSTREAM": "http://a..b" if how == "bad host" else
-           "http://127.0.0.1:%d" % fake.server_address[1]}
+    env = {
+        "QSTASH_TOKEN": TOKEN_A,
+        "QSTASH_LISTS_UPSTREAM": "http://a..b"
+        if how == "bad host"
+        else "http://127.0.0.1:%d" % fake.server_address[1],
+    }
     code, out, err = run(["--record", "--data", str(path)], env=env)
-    assert (code, out) == (2, "") and "Traceback" not in err and err.count("\n") == (2 if how == "no directory" else 1)
-    expected = {"nested": "the answer is nested too deeply", "bad host": "no answer (",
-                "no directory": "cannot write: No such file or directory"}[how]
+    assert (
+        (code, out) == (2, "")
+        and "Traceback" not in err
+        and err.count("\n") == (2 if how == "no directory" else 1)
+    )
+    expected = {
+        "nested": "the answer is nested too deeply",
+        "bad host": "no answer (",
+        "no directory": "cannot write: No such file or directory",
+    }[how]
     assert expected in err
     assert how == "no directory" or path.read_bytes() == BEFORE

@@ -22,9 +22,14 @@ import store
 
 def version(n: int, queues: int = 50) -> Dict[str, Any]:
     """A file whose every queue name says which version it belongs to."""
-    return {"accounts": [{"token": TOKEN_A, "queues": [
-        dict(Q_TEMPLATE, name="v%d-%d" % (n, i)) for i in range(queues + n)
-    ]}]}
+    return {
+        "accounts": [
+            {
+                "token": TOKEN_A,
+                "queues": [dict(Q_TEMPLATE, name="v%d-%d" % (n, i)) for i in range(queues + n)],
+            }
+        ]
+    }
 
 
 def names(response: Any) -> List[str]:
@@ -103,14 +108,22 @@ def test_an_edit_that_keeps_inode_size_and_mtime_is_seen_by_its_ctime(path: Path
     data = service.open_data(str(path), None, interval=3600)
     before = os.stat(path)
     path.write_text(path.read_text().replace("v1-", "v8-"))  # same size, same inode, new names...
-    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # ...and the same mtime, as cp -p leaves it
+    os.utime(
+        path, ns=(before.st_atime_ns, before.st_mtime_ns)
+    )  # ...and the same mtime, as cp -p leaves it
     after = os.stat(path)
-    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
+        before.st_ino,
+        before.st_size,
+        before.st_mtime_ns,
+    )
     assert data.refresh() is True and served(data) == "v8-0"
     assert data.refresh() is False  # looked at, and unchanged since
 
 
-def test_a_forced_look_reads_a_file_whose_signature_did_not_change(path: Path, monkeypatch: Any) -> None:
+def test_a_forced_look_reads_a_file_whose_signature_did_not_change(
+    path: Path, monkeypatch: Any
+) -> None:
     data = service.open_data(str(path), None, interval=3600)
     monkeypatch.setattr(store, "_stat", lambda path: data._state[0])  # a clock too coarse to tell
     write_json(path, version(8, 1))
@@ -140,7 +153,8 @@ def test_a_read_torn_by_a_writer_is_read_again(path: Path, monkeypatch: Any) -> 
 
 
 def test_a_same_length_rewrite_during_the_read_is_read_again(path: Path, monkeypatch: Any) -> None:
-    """The length cannot tell this one: the signature (the descriptor's fstat, before and after) does."""
+    """The length cannot tell this one: the signature (the descriptor's fstat, before and after)
+    does."""
     data = service.open_data(str(path), None, interval=3600)
     new = path.read_bytes().replace(b"v1-", b"v7-")
     real = store.read_at_most
@@ -160,8 +174,9 @@ def test_a_same_length_rewrite_during_the_read_is_read_again(path: Path, monkeyp
     assert served(data) == "v7-0" and len(calls) == 2
 
 
-def test_a_file_that_never_stops_changing_is_skipped_and_said(path: Path, monkeypatch: Any,
-                                                              caplog: Any) -> None:
+def test_a_file_that_never_stops_changing_is_skipped_and_said(
+    path: Path, monkeypatch: Any, caplog: Any
+) -> None:
     data = service.open_data(str(path), None, interval=3600)
     versions = iter(range(2, 100))
 
@@ -174,8 +189,10 @@ def test_a_file_that_never_stops_changing_is_skipped_and_said(path: Path, monkey
     with caplog.at_level(logging.WARNING, "qstash_lists"):
         assert data.refresh(force=True) is False
     assert served(data) == "v1-0"
-    assert caplog.messages == ["%s: changed each time it was read (%d times); looking again later"
-                               % (path, store.READ_ATTEMPTS)]
+    assert caplog.messages == [
+        "%s: changed each time it was read (%d times); looking again later"
+        % (path, store.READ_ATTEMPTS)
+    ]
     monkeypatch.undo()
     assert data.refresh() is True  # the next look reads it again, though its signature was seen
     assert served(data).startswith("v%d-" % (1 + store.READ_ATTEMPTS))
@@ -189,8 +206,10 @@ def test_a_fifo_in_place_of_the_file_neither_hangs_nor_replaces_it(path: Path, c
         assert data.refresh() is False
         assert data.refresh(force=True) is False
     assert served(data) == "v1-0"
-    assert caplog.messages[:2] == ["%s: cannot read: not a regular file but a FIFO" % path,
-                                   "%s: keeping the last good version" % path]
+    assert caplog.messages[:2] == [
+        "%s: cannot read: not a regular file but a FIFO" % path,
+        "%s: keeping the last good version" % path,
+    ]
     os.remove(path)
     write_json(path, version(2, 1))
     assert data.refresh() is True and served(data) == "v2-0"  # a good file put back is picked up
@@ -201,7 +220,9 @@ def test_a_device_behind_a_symlink_is_refused(tmp_path: Path) -> None:
     link.symlink_to("/dev/zero")
     with pytest.raises(store.DataError) as info:
         service.open_data(str(link), None)
-    assert info.value.faults == ["%s: cannot read: not a regular file but a character device" % link]
+    assert info.value.faults == [
+        "%s: cannot read: not a regular file but a character device" % link
+    ]
 
 
 def test_a_file_over_the_size_limit_is_refused(path: Path, caplog: Any) -> None:
@@ -213,11 +234,15 @@ def test_a_file_over_the_size_limit_is_refused(path: Path, caplog: Any) -> None:
     with caplog.at_level(logging.ERROR, "qstash_lists"):
         assert data.refresh() is False
     assert served(data) == "v1-0"
-    assert caplog.messages[0] == ("%s: cannot read: %d bytes, over the limit of 2000 bytes (--max-size, "
-                                  "QSTASH_LISTS_MAX_SIZE)" % (path, size))
+    assert caplog.messages[0] == (
+        "%s: cannot read: %d bytes, over the limit of 2000 bytes (--max-size, "
+        "QSTASH_LISTS_MAX_SIZE)" % (path, size)
+    )
 
 
-def test_a_file_that_switches_form_gets_the_dev_token_only_in_the_one_account_form(path: Path) -> None:
+def test_a_file_that_switches_form_gets_the_dev_token_only_in_the_one_account_form(
+    path: Path,
+) -> None:
     dev = service.DEV_TOKEN
     one = write_json(path, {"queues": [dict(Q_TEMPLATE, name="solo")]})
     data = service.open_data(str(one), None, interval=3600, fallback=dev)
@@ -238,8 +263,10 @@ def test_without_a_fallback_the_one_account_form_is_kept_out(path: Path, caplog:
     with caplog.at_level(logging.ERROR, "qstash_lists"):
         assert data.refresh() is False
     assert served(data) == "v1-0"
-    assert caplog.messages[0] == ("%s: holds a single account, and QSTASH_TOKEN is not set: set it to the token "
-                                  "its clients send" % path)
+    assert caplog.messages[0] == (
+        "%s: holds a single account, and QSTASH_TOKEN is not set: set it to the token "
+        "its clients send" % path
+    )
 
 
 def test_a_closed_data_file_stops_its_reloader(path: Path) -> None:
@@ -309,10 +336,12 @@ def test_readers_see_whole_snapshots_while_the_file_churns(tmp_path: Path) -> No
     eventually(lambda: served(data) == "v16-0")
 
 
-def test_a_file_replaced_while_each_version_is_built_still_has_each_version_served(tmp_path: Path,
-                                                                                   monkeypatch: Any) -> None:
-    """A generator replaces the file faster than the reloader builds it: here, during every build.  Each look must
-    serve the complete version it read, not call it torn because the path moved on while it was being built."""
+def test_a_file_replaced_while_each_version_is_built_still_has_each_version_served(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A generator replaces the file faster than the reloader builds it: here, during every build.
+    Each look must serve the complete version it read, not call it torn because the path moved on
+    while it was being built."""
     path = write_json(tmp_path / "d.json", version(0, 2000))
     data = service.open_data(str(path), None, interval=3600)
     real, made = store.parse, [1]
@@ -320,7 +349,9 @@ def test_a_file_replaced_while_each_version_is_built_still_has_each_version_serv
     def parse(*args: Any) -> store.Store:
         built = real(*args)
         made[0] += 1
-        os.replace(write_json(tmp_path / "new.json", version(made[0], 2000)), path)  # the generator moves on
+        os.replace(
+            write_json(tmp_path / "new.json", version(made[0], 2000)), path
+        )  # the generator moves on
         return built
 
     os.replace(write_json(tmp_path / "new.json", version(1, 2000)), path)
@@ -339,12 +370,16 @@ def test_a_file_read_in_several_chunks_is_whole(path: Path, monkeypatch: Any) ->
     assert raw == path.read_bytes() and len(raw) > 300
 
 
-def test_a_file_that_grows_past_the_limit_while_read_is_refused(path: Path, monkeypatch: Any) -> None:
+def test_a_file_that_grows_past_the_limit_while_read_is_refused(
+    path: Path, monkeypatch: Any
+) -> None:
     monkeypatch.setattr(store, "read_at_most", lambda read, limit: None)
     with pytest.raises(store.DataError) as info:
         store.read(str(path))
-    assert info.value.faults == ["%s: cannot read: grew past the limit of 64 MB while being read "
-                                 "(--max-size, QSTASH_LISTS_MAX_SIZE)" % path]
+    assert info.value.faults == [
+        "%s: cannot read: grew past the limit of 64 MB while being read "
+        "(--max-size, QSTASH_LISTS_MAX_SIZE)" % path
+    ]
 
 
 def test_the_interval_must_be_positive(path: Path) -> None:
@@ -352,8 +387,9 @@ def test_the_interval_must_be_positive(path: Path) -> None:
         service.open_data(str(path), None, interval=0)
 
 
-def test_a_fault_in_the_build_is_logged_and_the_last_good_version_kept(path: Path, caplog: Any,
-                                                                      monkeypatch: Any) -> None:
+def test_a_fault_in_the_build_is_logged_and_the_last_good_version_kept(
+    path: Path, caplog: Any, monkeypatch: Any
+) -> None:
     builds: List[int] = []
     real = store.parse
 
@@ -370,24 +406,31 @@ def test_a_fault_in_the_build_is_logged_and_the_last_good_version_kept(path: Pat
         assert data.refresh(force=True) is False
     assert data.current() is first
     assert [(r.getMessage(), r.exc_info[0] if r.exc_info else None) for r in caplog.records] == [
-        ("%s: cannot build a snapshot" % path, RuntimeError), ("%s: keeping the last good version" % path, None)]
+        ("%s: cannot build a snapshot" % path, RuntimeError),
+        ("%s: keeping the last good version" % path, None),
+    ]
 
 
 def test_a_data_file_nobody_holds_stops_its_reloader(path: Path) -> None:
     data = service.open_data(str(path), None, interval=0.01)
     thread = data._thread
     write_json(path, version(2, 1))
-    eventually(functools.partial(lambda source: served(source) == "v2-0", data))  # the reloader has looked
+    eventually(
+        functools.partial(lambda source: served(source) == "v2-0", data)
+    )  # the reloader has looked
     del data
     eventually(lambda: not thread.is_alive())
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_gets_a_reloader_of_its_own(path: Path) -> None:
-    """gunicorn --preload loads the app in the master and forks workers: threads do not survive a fork."""
+    """gunicorn --preload loads the app in the master and forks workers: threads do not survive a
+    fork."""
     data = service.open_data(str(path), None, interval=0.05)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: forking a threaded process, as gunicorn does
+        warnings.simplefilter(
+            "ignore", DeprecationWarning
+        )  # 3.12+: forking a threaded process, as gunicorn does
         pid = os.fork()
     if pid == 0:  # the child: report through the exit status only
         ok = False
@@ -416,8 +459,9 @@ def test_a_file_changing_at_start_up_is_read_at_the_next_look(path: Path, monkey
     assert data.refresh() is True and served(data) == "v1-0"  # no new signature needed
 
 
-def test_a_file_that_appears_while_its_absence_is_reported_is_loaded_at_the_next_look(path: Path,
-                                                                                     monkeypatch: Any) -> None:
+def test_a_file_that_appears_while_its_absence_is_reported_is_loaded_at_the_next_look(
+    path: Path, monkeypatch: Any
+) -> None:
     data = service.open_data(str(path), None, interval=3600)
     os.remove(path)
     real = store.read
@@ -460,23 +504,32 @@ class _Stat:
         self.st_size = size
 
 
-def test_a_file_larger_than_fstat_said_is_cut_off_at_the_limit(path: Path, monkeypatch: Any) -> None:
+def test_a_file_larger_than_fstat_said_is_cut_off_at_the_limit(
+    path: Path, monkeypatch: Any
+) -> None:
     size = path.stat().st_size
-    monkeypatch.setattr(os, "fstat", lambda fd: _Stat(os.stat(fd), 10))  # it passes the first check...
+    monkeypatch.setattr(
+        os, "fstat", lambda fd: _Stat(os.stat(fd), 10)
+    )  # it passes the first check...
     with pytest.raises(store.DataError) as info:
         store.read(str(path), max_size=size - 1)  # ...and the read stops one byte past the limit
-    assert info.value.faults == ["%s: cannot read: grew past the limit of %d bytes while being read "
-                                 "(--max-size, QSTASH_LISTS_MAX_SIZE)" % (path, size - 1)]
+    assert info.value.faults == [
+        "%s: cannot read: grew past the limit of %d bytes while being read "
+        "(--max-size, QSTASH_LISTS_MAX_SIZE)" % (path, size - 1)
+    ]
 
 
-def test_a_file_of_exactly_the_limit_is_read_and_never_more_than_one_byte_past_it(path: Path,
-                                                                                monkeypatch: Any) -> None:
+def test_a_file_of_exactly_the_limit_is_read_and_never_more_than_one_byte_past_it(
+    path: Path, monkeypatch: Any
+) -> None:
     size = path.stat().st_size
     assert store.read(str(path), max_size=size)[0] == path.read_bytes()
     with pytest.raises(store.DataError) as info:
         store.read(str(path), max_size=size - 1)
-    assert info.value.faults[0].endswith(": cannot read: %d bytes, over the limit of %d bytes (--max-size, "
-                                         "QSTASH_LISTS_MAX_SIZE)" % (size, size - 1))
+    assert info.value.faults[0].endswith(
+        ": cannot read: %d bytes, over the limit of %d bytes (--max-size, "
+        "QSTASH_LISTS_MAX_SIZE)" % (size, size - 1)
+    )
     asked: List[int] = []
     real_read = os.read
 
@@ -504,8 +557,9 @@ def _libc_fork() -> int:
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 @pytest.mark.parametrize("fork", [os.fork, _libc_fork], ids=["os.fork", "fork from C"])
-def test_a_child_forked_in_the_middle_of_a_build_serves_the_file_as_it_is_now(path: Path, fork: Any,
-                                                                              monkeypatch: Any) -> None:
+def test_a_child_forked_in_the_middle_of_a_build_serves_the_file_as_it_is_now(
+    path: Path, fork: Any, monkeypatch: Any
+) -> None:
     """gunicorn --preload and uWSGI fork workers whenever they like: here, while the parent's
     reloader is building a new version.  The child must not keep the old snapshot as if it were
     the new file's: the fork marks it (Python's hook; from C, the server's own hook, which calls
@@ -530,9 +584,13 @@ def test_a_child_forked_in_the_middle_of_a_build_serves_the_file_as_it_is_now(pa
     def reloaders() -> Set[threading.Thread]:  # this data file's (other tests' may still be alive)
         return {t for t in threading.enumerate() if t.name == "qstash-lists reloader: %s" % path}
 
-    parents = reloaders()  # a fork from C leaves them listed in the child, though they are not there
+    parents = (
+        reloaders()
+    )  # a fork from C leaves them listed in the child, though they are not there
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: forking a threaded process, as servers do
+        warnings.simplefilter(
+            "ignore", DeprecationWarning
+        )  # 3.12+: forking a threaded process, as servers do
         pid = fork()
     if pid == 0:  # the child: report through the exit status only
         status = 1
@@ -557,10 +615,12 @@ def test_a_child_forked_in_the_middle_of_a_build_serves_the_file_as_it_is_now(pa
 
 
 @pytest.mark.parametrize("make", ["socket", "unreadable"])
-def test_a_fault_that_lasts_is_logged_when_it_starts_and_when_it_ends(path: Path, caplog: Any, make: str,
-                                                                      monkeypatch: Any) -> None:
+def test_a_fault_that_lasts_is_logged_when_it_starts_and_when_it_ends(
+    path: Path, caplog: Any, make: str, monkeypatch: Any
+) -> None:
     """A socket in place of the file, or a file this process may not open, for thirty looks: one
-    report (its line and what is served), and one line when it is good again; a socket named as one."""
+    report (its line and what is served), and one line when it is good again; a socket named as
+    one."""
     import socket
 
     good = path.read_bytes()
@@ -603,14 +663,27 @@ def test_a_fault_that_lasts_is_logged_when_it_starts_and_when_it_ends(path: Path
 
 
 def test_a_writable_processes_reloader_loads_anothers_writes_once_they_pause(path: Path) -> None:
-    """A writable process loads another's write when a request needs it (tests/test_writes.py), and its reloader does
-    once the file is still: its health is not stale for ever after a burst of writes it was not asked about."""
+    """A writable process loads another's write when a request needs it (tests/test_writes.py), and
+    its reloader does once the file is still: its health is not stale for ever after a burst of
+    writes it was not asked about."""
     write_json(path, version(1))
     writer = store.DataFile(str(path), None, 3600, writable=True)
     reader = store.DataFile(str(path), None, 0.05, writable=True)
-    assert writer.update(hashlib.sha256(TOKEN_A.encode()).digest(), "queues", "new", store.upsert_queue,
-                         "new", 2, None) == "queue created"
-    eventually(lambda: reader.status().failed_at is None)  # the version in service is the one on disk
+    assert (
+        writer.update(
+            hashlib.sha256(TOKEN_A.encode()).digest(),
+            "queues",
+            "new",
+            store.upsert_queue,
+            "new",
+            2,
+            None,
+        )
+        == "queue created"
+    )
+    eventually(
+        lambda: reader.status().failed_at is None
+    )  # the version in service is the one on disk
     loaded = reader.current()  # loads nothing now: it is in service
     assert loaded is not None and "new" in loaded.accounts[0].queues
     writer.close()

@@ -1,9 +1,10 @@
-"""The official SDKs against the real server: list() and get() of both kinds, as their users call them.
+"""The official SDKs against the real server: list() and get() of both kinds, as their users call
+them.
 
-The SDKs are not the project's dependencies: ``bash tests/sdk/install.sh`` installs them in
-.ci-sdk/ (as .ci/run does), where these tests find them; QSTASH_LISTS_SDK_PYTHON (an
-interpreter with ``qstash``) and QSTASH_LISTS_SDK_JS (a node_modules folder with
-``@upstash/qstash``) name others.  Without them these tests are skipped, saying how to run them.
+The SDKs are not the project's dependencies: ``bash tests/sdk/install.sh`` installs them in .ci-sdk/
+(as .ci/run does), where these tests find them; QSTASH_LISTS_SDK_PYTHON (an interpreter with
+``qstash``) and QSTASH_LISTS_SDK_JS (a node_modules folder with ``@upstash/qstash``) name others.
+Without them these tests are skipped, saying how to run them.
 """
 
 import json
@@ -36,25 +37,43 @@ SCRATCH = ROOT / ".ci-sdk"
 SDK_PYTHON = os.environ.get("QSTASH_LISTS_SDK_PYTHON") or str(SCRATCH / "py" / "bin" / "python")
 SDK_JS = os.environ.get("QSTASH_LISTS_SDK_JS") or str(SCRATCH / "node_modules")
 HOW = "to run it: bash tests/sdk/install.sh && .venv/bin/python -m pytest tests/test_sdks.py"
-needs_python_sdk = pytest.mark.skipif(not os.path.exists(SDK_PYTHON), reason="no Python SDK; " + HOW)
-needs_js_sdk = pytest.mark.skipif(not os.path.isdir(os.path.join(SDK_JS, "@upstash", "qstash")),
-                                  reason="no JS SDK; " + HOW)
-MISSING = "not found: no %s named \\\"%s\\\""
+needs_python_sdk = pytest.mark.skipif(
+    not os.path.exists(SDK_PYTHON), reason="no Python SDK; " + HOW
+)
+needs_js_sdk = pytest.mark.skipif(
+    not os.path.isdir(os.path.join(SDK_JS, "@upstash", "qstash")), reason="no JS SDK; " + HOW
+)
+MISSING = 'not found: no %s named \\"%s\\"'
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: Any) -> Any:
-    document = {"accounts": [
-        {"token": TOKEN_A, "urlGroups": [ALPHA_GROUP], "queues": [ALPHA_QUEUE], "signingKeys": SIGNING_KEYS},
-        {"token": TOKEN_B, "urlGroups": [dict(ALPHA_GROUP, name="invoices")], "queues": [BETA_QUEUE]},
-    ]}
-    with serving(write_json(tmp_path_factory.mktemp("sdk") / "data.json", document), "--quiet") as running:
+    document = {
+        "accounts": [
+            {
+                "token": TOKEN_A,
+                "urlGroups": [ALPHA_GROUP],
+                "queues": [ALPHA_QUEUE],
+                "signingKeys": SIGNING_KEYS,
+            },
+            {
+                "token": TOKEN_B,
+                "urlGroups": [dict(ALPHA_GROUP, name="invoices")],
+                "queues": [BETA_QUEUE],
+            },
+        ]
+    }
+    with serving(
+        write_json(tmp_path_factory.mktemp("sdk") / "data.json", document), "--quiet"
+    ) as running:
         yield running
 
 
 def sdk(command: List[str], server: Server, token: str, group: str, queue: str) -> Dict[str, Any]:
     env = dict(os.environ, QSTASH_URL=server.url, QSTASH_TOKEN=token, QSTASH_LISTS_SDK_JS=SDK_JS)
-    done = subprocess.run(command + [group, queue], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        command + [group, queue], env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     result: Dict[str, Any] = json.loads(done.stdout)
     return result
@@ -73,9 +92,17 @@ def snake(item: Dict[str, Any]) -> Dict[str, Any]:
 def test_python_sdk(server: Server) -> None:
     command = [SDK_PYTHON, str(HERE / "sdk" / "sdk_check.py")]
     mine = sdk(command, server, TOKEN_A, "orders", "emails")
-    assert mine == {"url_groups": [snake(ALPHA_GROUP)], "queues": [snake(ALPHA_QUEUE)],
-                    "url_group": snake(ALPHA_GROUP), "queue": snake(ALPHA_QUEUE), "signing_key": SIGNING_KEYS}
-    for group, queue in [("nothere", "nothere"), ("invoices", "reports")]:  # nowhere; only in account B
+    assert mine == {
+        "url_groups": [snake(ALPHA_GROUP)],
+        "queues": [snake(ALPHA_QUEUE)],
+        "url_group": snake(ALPHA_GROUP),
+        "queue": snake(ALPHA_QUEUE),
+        "signing_key": SIGNING_KEYS,
+    }
+    for group, queue in [
+        ("nothere", "nothere"),
+        ("invoices", "reports"),
+    ]:  # nowhere; only in account B
         result = sdk(command, server, TOKEN_A, group, queue)
         assert result["url_group"]["raised"].startswith("Request failed with status: 404, body: ")
         assert MISSING % ("URL group", group) in result["url_group"]["raised"]
@@ -83,7 +110,9 @@ def test_python_sdk(server: Server) -> None:
     theirs = sdk(command, server, TOKEN_B, "invoices", "reports")
     assert theirs["queue"] == snake(dict(BETA_QUEUE, paused=False))
     assert theirs["url_group"]["name"] == "invoices"
-    assert theirs["signing_key"]["raised"].startswith("Request failed with status: 404")  # B has none; A's stay A's
+    assert theirs["signing_key"]["raised"].startswith(
+        "Request failed with status: 404"
+    )  # B has none; A's stay A's
     stranger = sdk(command, server, "wrong", "orders", "emails")
     assert all("status: 401" in stranger[key]["raised"] for key in stranger)
 
@@ -92,8 +121,12 @@ def test_python_sdk(server: Server) -> None:
 def test_js_sdk(server: Server) -> None:
     command = ["node", str(HERE / "sdk" / "sdk_check.mjs")]
     mine = sdk(command, server, TOKEN_A, "orders", "emails")
-    assert mine == {"url_groups": [served(ALPHA_GROUP)], "queues": [served(ALPHA_QUEUE)],
-                    "url_group": served(ALPHA_GROUP), "queue": served(ALPHA_QUEUE)}
+    assert mine == {
+        "url_groups": [served(ALPHA_GROUP)],
+        "queues": [served(ALPHA_QUEUE)],
+        "url_group": served(ALPHA_GROUP),
+        "queue": served(ALPHA_QUEUE),
+    }
     for group, queue in [("nothere", "nothere"), ("invoices", "reports")]:
         result = sdk(command, server, TOKEN_A, group, queue)
         assert MISSING % ("URL group", group) in result["url_group"]["raised"]
@@ -118,24 +151,40 @@ def test_the_readmes_python_example_runs(server: Server, tmp_path: Path) -> None
     script = tmp_path / "example.py"
     script.write_text(readme_block("Python (`pip install qstash`)"))
     env = dict(os.environ, QSTASH_URL=server.url, QSTASH_TOKEN=TOKEN_A)
-    done = subprocess.run([SDK_PYTHON, str(script)], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [SDK_PYTHON, str(script)], env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert "name='orders'" in done.stdout and "name='emails'" in done.stdout
 
 
-needs_sdk_and_pytest = pytest.mark.skipif(not os.path.exists(SDK_PYTHON) or subprocess.run(
-    [SDK_PYTHON, "-c", "import pytest, xdist, qstash_lists.testing"], capture_output=True).returncode != 0,
-    reason="no Python SDK with pytest and qstash-lists beside it; " + HOW)
+needs_sdk_and_pytest = pytest.mark.skipif(
+    not os.path.exists(SDK_PYTHON)
+    or subprocess.run(
+        [SDK_PYTHON, "-c", "import pytest, xdist, qstash_lists.testing"], capture_output=True
+    ).returncode
+    != 0,
+    reason="no Python SDK with pytest and qstash-lists beside it; " + HOW,
+)
 
 
 @needs_sdk_and_pytest
 @pytest.mark.parametrize("workers", ["0", "2"])
-def test_a_users_suite_from_the_readme_passes_with_the_fixture(tmp_path: Path, workers: str) -> None:
-    """The README's suite, as a user copies it into a project that has qstash and qstash-lists installed: three
-    tests each upsert the same queue through the SDK and see only it (each has a server of its own)."""
+def test_a_users_suite_from_the_readme_passes_with_the_fixture(
+    tmp_path: Path, workers: str
+) -> None:
+    """The README's suite, as a user copies it into a project that has qstash and qstash-lists
+    installed: three tests each upsert the same queue through the SDK and see only it (each has a
+    server of its own)."""
     (tmp_path / "test_users.py").write_text(readme_section_block("In your tests", "python"))
-    done = subprocess.run([SDK_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", workers], env=dict(
-        os.environ, PYTEST_ADDOPTS=""), cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [SDK_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", workers],
+        env=dict(os.environ, PYTEST_ADDOPTS=""),
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and "3 passed" in done.stdout, done.stdout + done.stderr
 
 
@@ -143,13 +192,26 @@ def test_a_users_suite_from_the_readme_passes_with_the_fixture(tmp_path: Path, w
 def test_the_same_suite_with_serve_and_no_plugin_passes(tmp_path: Path) -> None:
     suite = readme_section_block("In your tests", "python")
     suite = suite.replace("def upsert_emails():", "def upsert_emails(server):").replace(
-        'os.environ["QSTASH_TOKEN"], base_url=os.environ["QSTASH_URL"]', "server.token, base_url=server.url")
-    suite = suite.replace("(qstash_server)", "()").replace("upsert_emails()", "upsert_emails(server)").replace(
-        "    assert upsert_emails", "    with serve({\"urlGroups\": [], \"queues\": []}) as server:\n"
-        "        assert upsert_emails")
+        'os.environ["QSTASH_TOKEN"], base_url=os.environ["QSTASH_URL"]',
+        "server.token, base_url=server.url",
+    )
+    suite = (
+        suite.replace("(qstash_server)", "()")
+        .replace("upsert_emails()", "upsert_emails(server)")
+        .replace(
+            "    assert upsert_emails",
+            '    with serve({"urlGroups": [], "queues": []}) as server:\n'
+            "        assert upsert_emails",
+        )
+    )
     (tmp_path / "test_users.py").write_text("from qstash_lists.testing import serve\n" + suite)
-    done = subprocess.run([SDK_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:qstash_lists"],
-                          cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [SDK_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:qstash_lists"],
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and "3 passed" in done.stdout, done.stdout + done.stderr
 
 
@@ -159,15 +221,18 @@ def test_the_readmes_js_example_runs(server: Server) -> None:
     script = Path(SDK_JS).parent / "example.mjs"
     script.write_text(readme_block("JavaScript (`npm install @upstash/qstash`), `example.mjs`"))
     env = dict(os.environ, QSTASH_URL=server.url, QSTASH_TOKEN=TOKEN_A)
-    done = subprocess.run(["node", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["node", str(script)], env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert "name: 'orders'" in done.stdout and "name: 'emails'" in done.stdout
 
 
 @needs_js_sdk
 def test_the_js_sdks_dev_mode_uses_this_server_and_downloads_nothing(tmp_path: Path) -> None:
-    """QSTASH_DEV=1: the SDK ignores baseUrl and token, checks GET /v2/keys on 127.0.0.1 with the dev
-    token for the dev signing keys, and would download the closed `qstash dev` binary otherwise."""
+    """QSTASH_DEV=1: the SDK ignores baseUrl and token, checks GET /v2/keys on 127.0.0.1 with the
+    dev token for the dev signing keys, and would download the closed `qstash dev` binary
+    otherwise."""
     script = Path(SDK_JS).parent / "dev-mode.mjs"
     script.write_text(readme_block("`QSTASH_DEV=1 node dev-mode.mjs`"))
     port = free_port()
@@ -176,7 +241,9 @@ def test_the_js_sdks_dev_mode_uses_this_server_and_downloads_nothing(tmp_path: P
         assert server.port == port
         env = {k: v for k, v in os.environ.items() if not k.startswith("QSTASH_")}
         env.update(QSTASH_DEV="1", QSTASH_DEV_PORT=str(port))
-        done = subprocess.run(["node", str(script)], env=env, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            ["node", str(script)], env=env, capture_output=True, text=True, timeout=60
+        )
     assert done.returncode == 0, done.stderr
     assert "name: 'emails'" in done.stdout and "name: 'orders'" in done.stdout
     assert "download" not in (done.stdout + done.stderr).lower() and "ENOTFOUND" not in done.stderr
@@ -191,9 +258,15 @@ def test_the_readme_lists_every_release_the_matrix_checks() -> None:
     sys.path.insert(0, str(HERE / "sdk"))
     import matrix
 
-    lines = {language: [version if (language, version) not in matrix.KNOWN else "%s (fails: %s)" % (
-        version, matrix.KNOWN[language, version]) for version in versions]
-        for language, versions in matrix.RELEASES.items()}
+    lines = {
+        language: [
+            version
+            if (language, version) not in matrix.KNOWN
+            else "%s (fails: %s)" % (version, matrix.KNOWN[language, version])
+            for version in versions
+        ]
+        for language, versions in matrix.RELEASES.items()
+    }
     readme = (ROOT / "README.md").read_text().splitlines()
     assert all(line in readme for line in matrix.works_with(lines)), matrix.works_with(lines)
 
@@ -202,7 +275,9 @@ def test_the_readme_lists_every_release_the_matrix_checks() -> None:
 def writable(request: Any, tmp_path_factory: Any) -> Any:
     """A --writable server: python app.py, or the documented uWSGI recipe (two processes) with
     QSTASH_LISTS_WRITABLE=1, where a write in one process must be read back from the other."""
-    data = write_json(tmp_path_factory.mktemp("writes") / "data.json", {"accounts": [{"token": TOKEN_A}]})
+    data = write_json(
+        tmp_path_factory.mktemp("writes") / "data.json", {"accounts": [{"token": TOKEN_A}]}
+    )
     if request.param == "python app.py":
         with serving(data, "--writable", "--quiet") as running:
             yield running.url
@@ -214,8 +289,12 @@ def writable(request: Any, tmp_path_factory: Any) -> Any:
         pytest.skip("no uwsgi")
     port = free_port()
     env = {"QSTASH_LISTS_DATA": str(data), "QSTASH_LISTS_WRITABLE": "1", "PYTHONPATH": str(ROOT)}
-    with started([UWSGI] + deploy_command("uwsgi", port)[1:], env, stdout=subprocess.DEVNULL,
-                 stderr=subprocess.DEVNULL) as master:
+    with started(
+        [UWSGI] + deploy_command("uwsgi", port)[1:],
+        env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    ) as master:
         write_json(data, {"accounts": [{"token": TOKEN_A, "queues": [ALPHA_QUEUE]}]})
         wait_until_answered(port)
         yield "http://127.0.0.1:%d" % port
@@ -229,7 +308,11 @@ def check_writes(result: Dict[str, Any], prefix: str, python: bool) -> None:
     got = result["got"]
     assert (got["name"], got["parallelism"], got["paused"], got["lag"]) == (queue, 1, False, 0)
     assert result["got again"]["parallelism"] == 2 and result["got again"][created] == got[created]
-    assert [result[step]["paused"] for step in ("paused", "resumed", "upserted paused")] == [True, False, True]
+    assert [result[step]["paused"] for step in ("paused", "resumed", "upserted paused")] == [
+        True,
+        False,
+        True,
+    ]
     assert queue in [q["name"] for q in result["listed"]]
     assert queue not in [q["name"] for q in result["listed after delete"]]
     one: Dict[str, Any] = {"url": "https://a.example/1"}
@@ -239,16 +322,32 @@ def check_writes(result: Dict[str, Any], prefix: str, python: bool) -> None:
     assert (result["group"]["name"], result["group"]["endpoints"]) == (group, [one, two])
     assert result["group after remove"]["endpoints"] == [two]
     assert group not in [g["name"] for g in result["groups"]]
-    assert all(result[step] is None for step in ("upsert", "pause", "resume", "delete", "add endpoints",
-                                                 "remove endpoints", "delete group", "delete group again"))
+    assert all(
+        result[step] is None
+        for step in (
+            "upsert",
+            "pause",
+            "resume",
+            "delete",
+            "add endpoints",
+            "remove endpoints",
+            "delete group",
+            "delete group again",
+        )
+    )
 
 
 @needs_python_sdk
 @pytest.mark.parametrize("mode", ["sync", "asyncio"])
 def test_python_sdk_writes(writable: str, mode: str) -> None:
     env = dict(os.environ, QSTASH_URL=writable, QSTASH_TOKEN=TOKEN_A)
-    done = subprocess.run([SDK_PYTHON, str(HERE / "sdk" / "sdk_writes.py"), mode, "py-" + mode], env=env,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [SDK_PYTHON, str(HERE / "sdk" / "sdk_writes.py"), mode, "py-" + mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     check_writes(json.loads(done.stdout), "py-" + mode, python=True)
 
@@ -256,8 +355,13 @@ def test_python_sdk_writes(writable: str, mode: str) -> None:
 @needs_js_sdk
 def test_js_sdk_writes(writable: str) -> None:
     env = dict(os.environ, QSTASH_URL=writable, QSTASH_TOKEN=TOKEN_A, QSTASH_LISTS_SDK_JS=SDK_JS)
-    done = subprocess.run(["node", str(HERE / "sdk" / "sdk_writes.mjs"), "js"], env=env, capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run(
+        ["node", str(HERE / "sdk" / "sdk_writes.mjs"), "js"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     check_writes(json.loads(done.stdout), "js", python=False)
 
@@ -274,14 +378,27 @@ def test_the_js_sdks_dev_mode_finds_a_file_of_accounts_with_the_dev_token(tmp_pa
     script.write_text(readme_block("`QSTASH_DEV=1 node dev-mode.mjs`"))
     port = free_port()
     digest = hashlib.sha256(service.DEV_TOKEN.encode()).hexdigest()
-    data = write_json(tmp_path / "data.json", {"accounts": [{"token": TOKEN_A}, {
-        "tokenSha256": digest, "urlGroups": [ALPHA_GROUP], "queues": [ALPHA_QUEUE]}]})
+    data = write_json(
+        tmp_path / "data.json",
+        {
+            "accounts": [
+                {"token": TOKEN_A},
+                {"tokenSha256": digest, "urlGroups": [ALPHA_GROUP], "queues": [ALPHA_QUEUE]},
+            ]
+        },
+    )
     with serving(data, "--port", str(port), "--quiet") as server:
         assert server.proc.stdout is not None
         dev_mode = server.proc.stdout.readline()  # the banner's fourth line
-        assert dev_mode == "# the JS SDK's dev mode (QSTASH_DEV=1): set QSTASH_DEV_PORT=%d where the SDK runs\n" % port
+        assert (
+            dev_mode
+            == "# the JS SDK's dev mode (QSTASH_DEV=1): set QSTASH_DEV_PORT=%d where the SDK runs\n"
+            % port
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("QSTASH_")}
         env.update(QSTASH_DEV="1", QSTASH_DEV_PORT=str(port))
-        done = subprocess.run(["node", str(script)], env=env, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            ["node", str(script)], env=env, capture_output=True, text=True, timeout=60
+        )
     assert done.returncode == 0, done.stderr
     assert "name: 'emails'" in done.stdout and "name: 'orders'" in done.stdout

@@ -43,13 +43,17 @@ def test_serves_accounts_over_http_and_stops_cleanly(data_path: Path) -> None:
         assert [q["name"] for q in json.loads(body)] == ["reports"]
         status, headers, body = server.get("/v2/topics")
         assert status == 401 and headers["WWW-Authenticate"] == 'Bearer realm="qstash"'
-        status, headers, body = server.get("/v2/topics", {"Authorization": "Bearer " + TOKEN_A}, "HEAD")
+        status, headers, body = server.get(
+            "/v2/topics", {"Authorization": "Bearer " + TOKEN_A}, "HEAD"
+        )
         assert (status, body) == (200, b"")
         assert int(headers["Content-Length"]) > 0
         code, out, err = server.stop()
     assert code == 0
-    assert server.banner[1:] == ["export QSTASH_URL=%s\n" % server.url,
-                                 "# QSTASH_TOKEN: accounts from the data file; use your account's token\n"]
+    assert server.banner[1:] == [
+        "export QSTASH_URL=%s\n" % server.url,
+        "# QSTASH_TOKEN: accounts from the data file; use your account's token\n",
+    ]
     assert "Traceback" not in err
     assert TOKEN_A not in err and TOKEN_B not in err
     assert '"GET /v2/queues?qstash_token=[redacted]" 200' in err
@@ -58,7 +62,9 @@ def test_serves_accounts_over_http_and_stops_cleanly(data_path: Path) -> None:
 def test_default_dev_token_on_loopback_is_printed(tmp_path: Path) -> None:
     with serving(write_json(tmp_path / "one.json", SINGLE)) as server:
         assert server.banner[1] == "export QSTASH_URL=%s\n" % server.url
-        assert server.banner[2].startswith("export QSTASH_TOKEN=%s  # the built-in dev token" % service.DEV_TOKEN)
+        assert server.banner[2].startswith(
+            "export QSTASH_TOKEN=%s  # the built-in dev token" % service.DEV_TOKEN
+        )
         status, _, body = server.get("/v2/queues", {"Authorization": "Bearer " + service.DEV_TOKEN})
         assert (status, json.loads(body)) == (200, [served(ALPHA_QUEUE)])
         assert server.stop()[0] == 0
@@ -72,7 +78,9 @@ def test_a_configured_token_is_used_and_never_printed(tmp_path: Path) -> None:
         code, out, err = server.stop()
     out = "".join(server.banner) + out
     assert code == 0
-    assert server.banner[2] == "# QSTASH_TOKEN: the one set in this server's environment (not shown)\n"
+    assert (
+        server.banner[2] == "# QSTASH_TOKEN: the one set in this server's environment (not shown)\n"
+    )
     assert "s3cret-token" not in out + err
     assert '"GET /v2/queues' not in err  # --quiet: no access log
     assert "Traceback" not in err
@@ -80,9 +88,15 @@ def test_a_configured_token_is_used_and_never_printed(tmp_path: Path) -> None:
 
 def test_refuses_the_dev_token_off_loopback(tmp_path: Path) -> None:
     one = write_json(tmp_path / "one.json", SINGLE)
-    assert run(["--host", "0.0.0.0", "--port", "0", "--data", str(one)]) == (2, "", (
-        "%s: holds a single account, and QSTASH_TOKEN is not set: set it to the token its clients send\n"
-        "The built-in dev token serves only a loopback address.\n" % one))
+    assert run(["--host", "0.0.0.0", "--port", "0", "--data", str(one)]) == (
+        2,
+        "",
+        (
+            "%s: holds a single account, and QSTASH_TOKEN is not set: set it to the token its "
+            "clients send\n"
+            "The built-in dev token serves only a loopback address.\n" % one
+        ),
+    )
 
 
 def test_a_bad_file_stops_start_up_with_the_place_of_the_fault(tmp_path: Path) -> None:
@@ -91,7 +105,9 @@ def test_a_bad_file_stops_start_up_with_the_place_of_the_fault(tmp_path: Path) -
     bad = write_json(tmp_path / "bad.json", document)
     code, _, err = run(["--port", "0", "--data", str(bad)])
     assert code == 2
-    expected = '%s: accounts[1].queues[0].lag: expected an integer from 0 to 2**53 - 1, got "7"' % bad
+    expected = (
+        '%s: accounts[1].queues[0].lag: expected an integer from 0 to 2**53 - 1, got "7"' % bad
+    )
     assert err.splitlines()[-1] == expected
     assert "Traceback" not in err
 
@@ -136,7 +152,10 @@ def test_sighup_makes_it_look_now_and_an_edit_is_seen_at_the_next_look(tmp_path:
 def big_file(tmp_path_factory: Any) -> Path:
     """A file whose first load takes a while (about a second here): signals arrive during it."""
     queues = [dict(Q_TEMPLATE, name="q%d" % i) for i in range(150000)]
-    return write_json(tmp_path_factory.mktemp("big") / "big.json", {"accounts": [{"token": TOKEN_A, "queues": queues}]})
+    return write_json(
+        tmp_path_factory.mktemp("big") / "big.json",
+        {"accounts": [{"token": TOKEN_A, "queues": queues}]},
+    )
 
 
 def catches(pid: int, signum: int) -> bool:
@@ -157,13 +176,16 @@ ENTRY_POINTS = {
 @pytest.mark.parametrize("phase", ["during the first load", "while serving"])
 @pytest.mark.parametrize("signum", ["SIGHUP", "SIGTERM", "SIGINT"])
 def test_signals(big_file: Path, entry: str, phase: str, signum: str) -> None:
-    """The README's signal table: SIGHUP never ends the server, SIGTERM and SIGINT end it with no traceback."""
+    """The README's signal table: SIGHUP never ends the server, SIGTERM and SIGINT end it with no
+    traceback."""
     command = ENTRY_POINTS[entry]
     if not os.path.exists(command[0]):
         pytest.skip("%s is not installed (pip install -e .)" % command[0])
     with started(command + ["--port", "0", "--data", str(big_file), "--quiet"]) as proc:
         err = Output(proc.stderr)
-        eventually(lambda: catches(proc.pid, signal.SIGHUP), timeout=30)  # its handlers are in: it is loading
+        eventually(
+            lambda: catches(proc.pid, signal.SIGHUP), timeout=30
+        )  # its handlers are in: it is loading
         if phase == "while serving":
             assert " on http://" in proc.stdout.readline()  # type: ignore[union-attr]
         else:
@@ -183,33 +205,55 @@ def test_signals(big_file: Path, entry: str, phase: str, signum: str) -> None:
 SIZE = "expected a size in bytes from 1 to 4G, such as 64M (K, M or G may follow the number)"
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--port", "abc"], "--port: expected a whole number from 0 to 65535"),
-    (["--port", "70000"], "--port: expected a whole number from 0 to 65535"),
-    (["--port", "\u0662"], "--port: expected a whole number from 0 to 65535"),  # an Arabic-Indic 2
-    (["--threads", "0"], "--threads: expected a whole number from 1 to 1024"),
-    (["--interval", "0"], "--interval: expected a number of seconds from 0.01 to 3600"),
-    (["--interval", "nan"], "--interval: expected a number of seconds from 0.01 to 3600"),
-    (["--max-size", "lots"], "--max-size: " + SIZE),
-    (["--max-size", "0"], "--max-size: " + SIZE),
-    (["--max-size", "5G"], "--max-size: " + SIZE),
-    (["--threads", "1000000"], "--threads: expected a whole number from 1 to 1024"),
-    (["--port", "9" * 5000], "--port: expected a whole number from 0 to 65535"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--port", "abc"], "--port: expected a whole number from 0 to 65535"),
+        (["--port", "70000"], "--port: expected a whole number from 0 to 65535"),
+        (
+            ["--port", "\u0662"],
+            "--port: expected a whole number from 0 to 65535",
+        ),  # an Arabic-Indic 2
+        (["--threads", "0"], "--threads: expected a whole number from 1 to 1024"),
+        (["--interval", "0"], "--interval: expected a number of seconds from 0.01 to 3600"),
+        (["--interval", "nan"], "--interval: expected a number of seconds from 0.01 to 3600"),
+        (["--max-size", "lots"], "--max-size: " + SIZE),
+        (["--max-size", "0"], "--max-size: " + SIZE),
+        (["--max-size", "5G"], "--max-size: " + SIZE),
+        (["--threads", "1000000"], "--threads: expected a whole number from 1 to 1024"),
+        (["--port", "9" * 5000], "--port: expected a whole number from 0 to 65535"),
+    ],
+)
 def test_bad_arguments_are_named(args: List[str], message: str) -> None:
     assert run(args) == (2, "", message + "\n")
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"QSTASH_TOKEN": "has space"}, "QSTASH_TOKEN: expected a non-empty token of visible ASCII characters, no spaces"),
-    ({"QSTASH_TOKEN": "Bearer abc"}, "QSTASH_TOKEN: drop the word 'Bearer': the variable holds the token alone"),
-    ({"QSTASH_TOKEN": ""}, "QSTASH_TOKEN: empty; give a value, or unset it for the default"),
-    ({"QSTASH_LISTS_MAX_SIZE": "\u00b2"}, "QSTASH_LISTS_MAX_SIZE: expected a size in bytes from 1 to 4G, such as 64M "
-                                         "(K, M or G may follow the number)"),
-    ({"QSTASH_LISTS_INTERVAL": "-1"}, "QSTASH_LISTS_INTERVAL: expected a number of seconds from 0.01 to 3600"),
-])
-def test_a_bad_setting_is_one_line_that_names_it_and_never_shows_it(data_path: Path, env: Dict[str, str],
-                                                                    message: str) -> None:
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        (
+            {"QSTASH_TOKEN": "has space"},
+            "QSTASH_TOKEN: expected a non-empty token of visible ASCII characters, no spaces",
+        ),
+        (
+            {"QSTASH_TOKEN": "Bearer abc"},
+            "QSTASH_TOKEN: drop the word 'Bearer': the variable holds the token alone",
+        ),
+        ({"QSTASH_TOKEN": ""}, "QSTASH_TOKEN: empty; give a value, or unset it for the default"),
+        (
+            {"QSTASH_LISTS_MAX_SIZE": "\u00b2"},
+            "QSTASH_LISTS_MAX_SIZE: expected a size in bytes from 1 to 4G, such as 64M "
+            "(K, M or G may follow the number)",
+        ),
+        (
+            {"QSTASH_LISTS_INTERVAL": "-1"},
+            "QSTASH_LISTS_INTERVAL: expected a number of seconds from 0.01 to 3600",
+        ),
+    ],
+)
+def test_a_bad_setting_is_one_line_that_names_it_and_never_shows_it(
+    data_path: Path, env: Dict[str, str], message: str
+) -> None:
     assert run(["--port", "0", "--data", str(data_path)], env=env) == (2, "", message + "\n")
 
 
@@ -242,25 +286,37 @@ def test_the_example_is_the_shipped_data_file(tmp_path: Path) -> None:
     assert code == 0
     assert out == (ROOT / "data.json").read_text()
     (tmp_path / "d.json").write_text(out)
-    assert run(["--check", "--data", str(tmp_path / "d.json")])[1].endswith(": OK: 1 account, 2 URL groups, 2 queues\n")
+    assert run(["--check", "--data", str(tmp_path / "d.json")])[1].endswith(
+        ": OK: 1 account, 2 URL groups, 2 queues\n"
+    )
 
 
 def test_a_missing_data_file_says_how_to_start(tmp_path: Path) -> None:
     missing = tmp_path / "data.json"
-    code, out, err = run(["--port", "0", "--data", "data.json"], env={"PWD": str(tmp_path)}, cwd=str(tmp_path))
+    code, out, err = run(
+        ["--port", "0", "--data", "data.json"], env={"PWD": str(tmp_path)}, cwd=str(tmp_path)
+    )
     assert (code, out) == (2, "")
-    assert err.splitlines()[-1] == ("%s: no such file; to start from the example: python app.py --example > data.json"
-                                    % missing)
+    assert err.splitlines()[-1] == (
+        "%s: no such file; to start from the example: python app.py --example > data.json" % missing
+    )
 
 
 def test_log_lines_start_with_an_iso_8601_utc_timestamp(data_path: Path) -> None:
-    with serving(data_path, env={"TZ": "IST-5:30"}) as server:  # a server whose local time is not UTC
+    with serving(
+        data_path, env={"TZ": "IST-5:30"}
+    ) as server:  # a server whose local time is not UTC
         server.get("/v2/queues/emails", {"Authorization": "Bearer " + TOKEN_A})
         _, _, err = server.stop()
     line = next(line for line in err.splitlines() if '"GET /v2/queues/emails"' in line)
-    match = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z 127\.0\.0\.1 \"GET /v2/queues/emails\" 200 ", line)
+    match = re.match(
+        r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z 127\.0\.0\.1 \"GET /v2/queues/emails\" 200 ",
+        line,
+    )
     assert match, line
-    logged = datetime.datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=datetime.timezone.utc)
+    logged = datetime.datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S.%f").replace(
+        tzinfo=datetime.timezone.utc
+    )
     assert abs((datetime.datetime.now(datetime.timezone.utc) - logged).total_seconds()) < 60
 
 
@@ -269,29 +325,46 @@ def _fifo(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("make, args, reason", [
-    (_fifo, [], "not a regular file but a FIFO"),
-    (lambda p: (p.symlink_to("/dev/zero"), p)[1], [], "not a regular file but a character device"),
-    (lambda p: (p.mkdir(), p)[1], [], "not a regular file but a directory"),
-    (lambda p: (p.write_text(json.dumps(accounts_document()) + " " * 2000), p)[1], ["--max-size", "1K"],
-     "%d bytes, over the limit of 1024 bytes (--max-size, QSTASH_LISTS_MAX_SIZE)"
-     % (len(json.dumps(accounts_document())) + 2000)),
-])
-def test_check_refuses_at_once_what_cannot_be_a_data_file(tmp_path: Path, make: Any, args: List[str],
-                                                          reason: str) -> None:
+@pytest.mark.parametrize(
+    "make, args, reason",
+    [
+        (_fifo, [], "not a regular file but a FIFO"),
+        (
+            lambda p: (p.symlink_to("/dev/zero"), p)[1],
+            [],
+            "not a regular file but a character device",
+        ),
+        (lambda p: (p.mkdir(), p)[1], [], "not a regular file but a directory"),
+        (
+            lambda p: (p.write_text(json.dumps(accounts_document()) + " " * 2000), p)[1],
+            ["--max-size", "1K"],
+            "%d bytes, over the limit of 1024 bytes (--max-size, QSTASH_LISTS_MAX_SIZE)"
+            % (len(json.dumps(accounts_document())) + 2000),
+        ),
+    ],
+)
+def test_check_refuses_at_once_what_cannot_be_a_data_file(
+    tmp_path: Path, make: Any, args: List[str], reason: str
+) -> None:
     path = make(tmp_path / "data.json")
-    code, out, err = run(["--check", "--data", str(path)] + args)  # a FIFO nobody writes to must not hang it
+    code, out, err = run(
+        ["--check", "--data", str(path)] + args
+    )  # a FIFO nobody writes to must not hang it
     assert (code, out, err) == (2, "", "%s: cannot read: %s\n" % (path, reason))
 
 
-def test_a_fifo_swapped_in_while_serving_neither_hangs_it_nor_replaces_the_data(tmp_path: Path) -> None:
+def test_a_fifo_swapped_in_while_serving_neither_hangs_it_nor_replaces_the_data(
+    tmp_path: Path,
+) -> None:
     path = write_json(tmp_path / "d.json", accounts_document())
     auth = {"Authorization": "Bearer " + TOKEN_A}
     with serving(path) as server:
         os.remove(path)
         _fifo(path)
         server.proc.send_signal(signal.SIGHUP)  # look now: at a FIFO nobody writes to
-        server.err.wait_for("%s: keeping the last good version" % path)  # the look is over: it did not hang
+        server.err.wait_for(
+            "%s: keeping the last good version" % path
+        )  # the look is over: it did not hang
         status, _, body = server.get("/v2/queues", auth)
         assert (status, json.loads(body)) == (200, [served(ALPHA_QUEUE)])
         os.remove(path)
@@ -318,21 +391,41 @@ def test_a_port_in_use_is_one_line(data_path: Path) -> None:
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("document, warning", [
-    ({"accounts": []}, "no account at all: every request will get 401"),
-    ({"queues": [dict(ALPHA_QUEUE, createdAt=1700000000, updatedAt=1700000000)]},
-     "queues[0].createdAt (and 1 more) looks like seconds, not milliseconds (before 2001 as milliseconds)"),
-    ({"accounts": [{"token": TOKEN_A, "urlGroups": [], "queues": [dict(ALPHA_QUEUE, updatedAt=978307199999,
-                                                                     createdAt=0)]}]},
-     "accounts[0].queues[0].updatedAt looks like seconds, not milliseconds (before 2001 as milliseconds)"),
-])
-def test_check_warns_without_failing(tmp_path: Path, document: Dict[str, Any], warning: str) -> None:
+@pytest.mark.parametrize(
+    "document, warning",
+    [
+        ({"accounts": []}, "no account at all: every request will get 401"),
+        (
+            {"queues": [dict(ALPHA_QUEUE, createdAt=1700000000, updatedAt=1700000000)]},
+            "queues[0].createdAt (and 1 more) looks like seconds, not milliseconds (before 2001 as "
+            "milliseconds)",
+        ),
+        (
+            {
+                "accounts": [
+                    {
+                        "token": TOKEN_A,
+                        "urlGroups": [],
+                        "queues": [dict(ALPHA_QUEUE, updatedAt=978307199999, createdAt=0)],
+                    }
+                ]
+            },
+            "accounts[0].queues[0].updatedAt looks like seconds, not milliseconds (before 2001 as "
+            "milliseconds)",
+        ),
+    ],
+)
+def test_check_warns_without_failing(
+    tmp_path: Path, document: Dict[str, Any], warning: str
+) -> None:
     path = write_json(tmp_path / "d.json", document)
     code, out, err = run(["--check", "--data", str(path)])
     assert (code, err) == (0, "%s: warning: %s\n" % (path, warning))
     assert out.startswith("%s: OK: " % path)
-    edge = write_json(tmp_path / "edge.json", {"queues": [dict(ALPHA_QUEUE, createdAt=978307200000,
-                                                                updatedAt=978307200000)]})
+    edge = write_json(
+        tmp_path / "edge.json",
+        {"queues": [dict(ALPHA_QUEUE, createdAt=978307200000, updatedAt=978307200000)]},
+    )
     assert run(["--check", "--data", str(edge)])[2] == ""  # 2001 itself is fine
 
 
@@ -350,7 +443,9 @@ def test_sigterm_finishes_the_answers_in_flight_and_refuses_new_connections(big_
     with serving(big_file, "--quiet") as server:
         expected = server.get("/v2/queues", {"Authorization": "Bearer " + TOKEN_A})[2]
         reader = socket.create_connection((server.host, server.port), timeout=30)
-        reader.sendall(b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n")
+        reader.sendall(
+            b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n"
+        )
         received = reader.recv(65536)  # the answer has begun, and the reader pauses...
         server.proc.send_signal(signal.SIGTERM)  # ...when the stop comes
         eventually(lambda: _refused(server.host, server.port))  # no new connection is taken
@@ -362,10 +457,16 @@ def test_sigterm_finishes_the_answers_in_flight_and_refuses_new_connections(big_
         reader.close()
         assert server.proc.wait(timeout=30) == 0
     head, _, body = received.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200 ") and len(body) == len(expected) > 10000000 and body == expected
+    assert (
+        head.startswith(b"HTTP/1.1 200 ")
+        and len(body) == len(expected) > 10000000
+        and body == expected
+    )
 
 
-def test_a_reader_that_never_reads_holds_the_stop_no_longer_than_the_stop_timeout(tmp_path: Path) -> None:
+def test_a_reader_that_never_reads_holds_the_stop_no_longer_than_the_stop_timeout(
+    tmp_path: Path,
+) -> None:
     queues = [dict(Q_TEMPLATE, name="q%06d" % i) for i in range(20000)]
     big = write_json(tmp_path / "big.json", {"accounts": [{"token": TOKEN_A, "queues": queues}]})
     with serving(big, "--quiet", "--stop-timeout", "0.5") as server:
@@ -389,20 +490,34 @@ def test_every_request_answered_is_in_the_log_once_the_server_has_stopped(data_p
 
 
 def test_sigterm_ends_it_within_the_stop_timeout_whatever_its_stderr_does(data_path: Path) -> None:
-    """stderr a pipe that nobody reads: the access log's lines fill it, and the stop still takes at most
-    --stop-timeout and one second (lines that cannot be written are dropped, never waited for)."""
-    command = [sys.executable, str(ROOT / "app.py"), "--port", "0", "--data", str(data_path), "--stop-timeout", "1"]
+    """stderr a pipe that nobody reads: the access log's lines fill it, and the stop still takes at
+    most --stop-timeout and one second (lines that cannot be written are dropped, never waited
+    for)."""
+    command = [
+        sys.executable,
+        str(ROOT / "app.py"),
+        "--port",
+        "0",
+        "--data",
+        str(data_path),
+        "--stop-timeout",
+        "1",
+    ]
     with started(command) as proc:  # stderr piped, never read
         assert proc.stdout is not None
         url = re.search(r" on http://127\.0\.0\.1:(\d+)", proc.stdout.readline())
         assert url is not None
-        request = b"GET /v2/queues/" + b"x" * 2000 + b" HTTP/1.1\r\nHost: t\r\n\r\n"  # long lines, 401s
+        request = (
+            b"GET /v2/queues/" + b"x" * 2000 + b" HTTP/1.1\r\nHost: t\r\n\r\n"
+        )  # long lines, 401s
         with socket.create_connection(("127.0.0.1", int(url.group(1)))) as sock:
             for _ in range(200):  # 400 KB of log lines: far past a pipe's 64 KB
                 sock.sendall(request * 10)
                 sock.recv(1 << 16)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0  # a stop that waited for the unread stderr would never end
+        assert (
+            proc.wait(timeout=10) == 0
+        )  # a stop that waited for the unread stderr would never end
 
 
 def test_the_modes_exclude_each_other() -> None:

@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any, List, Tuple
 
 import pytest
-from helpers import ALPHA_GROUP, ALPHA_QUEUE, QUEUE_KEYS, TOKEN_A, accounts_document, served, write_json
+from helpers import (
+    ALPHA_GROUP,
+    ALPHA_QUEUE,
+    QUEUE_KEYS,
+    TOKEN_A,
+    accounts_document,
+    served,
+    write_json,
+)
 
 import store
 
@@ -35,104 +43,229 @@ FAULTS = [
     (b'{"queues": ["\xff"]}', "not UTF-8 text: invalid start byte at byte 13"),
     (b"[]", "(top level): expected an object, got an array"),
     (b"null", "(top level): expected an object, got null"),
-    ({"queue": []}, "queue: unknown key (expected 'urlGroups', 'queues', 'signingKeys', 'accounts')"),
-    ({"accounts": [], "queues": []}, "queues: unknown key next to 'accounts' (a file lists accounts, "
-                                     "or holds 'urlGroups' and 'queues' of one account, not both)"),
+    (
+        {"queue": []},
+        "queue: unknown key (expected 'urlGroups', 'queues', 'signingKeys', 'accounts')",
+    ),
+    (
+        {"accounts": [], "queues": []},
+        "queues: unknown key next to 'accounts' (a file lists accounts, "
+        "or holds 'urlGroups' and 'queues' of one account, not both)",
+    ),
     # Null or a wrong type where an array is expected
     ({"queues": None}, "queues: expected an array, got null"),
     ({"urlGroups": {}}, "urlGroups: expected an array, got an object"),
-    ({"urlGroups": [dict(G, endpoints=None)]}, "urlGroups[0].endpoints: expected an array, got null"),
+    (
+        {"urlGroups": [dict(G, endpoints=None)]},
+        "urlGroups[0].endpoints: expected an array, got null",
+    ),
     ({"accounts": None}, "accounts: expected an array, got null"),
     ({"queues": ["q"]}, 'queues[0]: expected an object, got "q"'),
     # Wrong types
-    ({"queues": [dict(Q, lag="7")]}, 'queues[0].lag: expected an integer from 0 to 2**53 - 1, got "7"'),
-    ({"queues": [dict(Q, lag=True)]}, "queues[0].lag: expected an integer from 0 to 2**53 - 1, got true"),
-    ({"queues": [dict(Q, parallelism=None)]},
-     "queues[0].parallelism: expected an integer from 0 to 2**53 - 1, got null"),
-    ({"queues": [dict(Q, createdAt=1.5)]}, "queues[0].createdAt: expected an integer from 0 to 2**53 - 1, got 1.5"),
-    ({"queues": [dict(Q, updatedAt=2.0)]}, "queues[0].updatedAt: expected an integer from 0 to 2**53 - 1, got 2.0"),
-    ({"queues": [dict(Q, paused="false")]}, 'queues[0].paused: expected true or false, got "false"'),
+    (
+        {"queues": [dict(Q, lag="7")]},
+        'queues[0].lag: expected an integer from 0 to 2**53 - 1, got "7"',
+    ),
+    (
+        {"queues": [dict(Q, lag=True)]},
+        "queues[0].lag: expected an integer from 0 to 2**53 - 1, got true",
+    ),
+    (
+        {"queues": [dict(Q, parallelism=None)]},
+        "queues[0].parallelism: expected an integer from 0 to 2**53 - 1, got null",
+    ),
+    (
+        {"queues": [dict(Q, createdAt=1.5)]},
+        "queues[0].createdAt: expected an integer from 0 to 2**53 - 1, got 1.5",
+    ),
+    (
+        {"queues": [dict(Q, updatedAt=2.0)]},
+        "queues[0].updatedAt: expected an integer from 0 to 2**53 - 1, got 2.0",
+    ),
+    (
+        {"queues": [dict(Q, paused="false")]},
+        'queues[0].paused: expected true or false, got "false"',
+    ),
     ({"queues": [dict(Q, paused=0)]}, "queues[0].paused: expected true or false, got 0"),
     ({"queues": [dict(Q, name=7)]}, "queues[0].name: expected a non-empty string, got 7"),
-    ({"urlGroups": [dict(G, endpoints=[{"url": 5}])]},
-     "urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got 5"),
+    (
+        {"urlGroups": [dict(G, endpoints=[{"url": 5}])]},
+        "urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got 5",
+    ),
     # Negative, too large, out of order
-    ({"queues": [dict(Q, lag=-1)]}, "queues[0].lag: expected an integer from 0 to 2**53 - 1, got -1"),
-    ({"queues": [dict(Q, parallelism=-2)]}, "queues[0].parallelism: expected an integer from 0 to 2**53 - 1, got -2"),
-    ({"queues": [dict(Q, createdAt=-1)]}, "queues[0].createdAt: expected an integer from 0 to 2**53 - 1, got -1"),
-    ({"queues": [dict(Q, lag=2**53)]}, "queues[0].lag: expected an integer from 0 to 2**53 - 1, got 9007199254740992"),
-    (b'{"queues": [{"createdAt": 1, "updatedAt": 2, "name": -1%s, "parallelism": 1, "lag": 1}]}' % (b"0" * 99),
-     "queues[0].name: expected a non-empty string, got -1%s..." % ("0" * 55)),
-    ({"queues": [dict(Q, parallelism=10**20)]},
-     "queues[0].parallelism: expected an integer from 0 to 2**53 - 1, got 100000000000000000000"),
-    ({"queues": [dict(Q, parallelism=10**20 - 1)]},
-     "queues[0].parallelism: expected an integer from 0 to 2**53 - 1, got 99999999999999999999"),
-    ({"queues": [dict(Q, createdAt=5, updatedAt=4)]},
-     "queues[0].updatedAt: expected a time not before createdAt (5), got 4"),
-    ({"urlGroups": [dict(G, createdAt=5, updatedAt=4)]},
-     "urlGroups[0].updatedAt: expected a time not before createdAt (5), got 4"),
+    (
+        {"queues": [dict(Q, lag=-1)]},
+        "queues[0].lag: expected an integer from 0 to 2**53 - 1, got -1",
+    ),
+    (
+        {"queues": [dict(Q, parallelism=-2)]},
+        "queues[0].parallelism: expected an integer from 0 to 2**53 - 1, got -2",
+    ),
+    (
+        {"queues": [dict(Q, createdAt=-1)]},
+        "queues[0].createdAt: expected an integer from 0 to 2**53 - 1, got -1",
+    ),
+    (
+        {"queues": [dict(Q, lag=2**53)]},
+        "queues[0].lag: expected an integer from 0 to 2**53 - 1, got 9007199254740992",
+    ),
+    (
+        b'{"queues": [{"createdAt": 1, "updatedAt": 2, "name": -1%s, "parallelism": 1, "lag": 1}]}'
+        % (b"0" * 99),
+        "queues[0].name: expected a non-empty string, got -1%s..." % ("0" * 55),
+    ),
+    (
+        {"queues": [dict(Q, parallelism=10**20)]},
+        "queues[0].parallelism: expected an integer from 0 to 2**53 - 1, got 100000000000000000000",
+    ),
+    (
+        {"queues": [dict(Q, parallelism=10**20 - 1)]},
+        "queues[0].parallelism: expected an integer from 0 to 2**53 - 1, got 99999999999999999999",
+    ),
+    (
+        {"queues": [dict(Q, createdAt=5, updatedAt=4)]},
+        "queues[0].updatedAt: expected a time not before createdAt (5), got 4",
+    ),
+    (
+        {"urlGroups": [dict(G, createdAt=5, updatedAt=4)]},
+        "urlGroups[0].updatedAt: expected a time not before createdAt (5), got 4",
+    ),
     # Missing and unknown keys, at every level
     ({"queues": [{k: v for k, v in Q.items() if k != "lag"}]}, "queues[0].lag: missing"),
-    ({"urlGroups": [{k: v for k, v in G.items() if k != "endpoints"}]}, "urlGroups[0].endpoints: missing"),
+    (
+        {"urlGroups": [{k: v for k, v in G.items() if k != "endpoints"}]},
+        "urlGroups[0].endpoints: missing",
+    ),
     ({"urlGroups": [dict(G, endpoints=[{"name": "x"}])]}, "urlGroups[0].endpoints[0].url: missing"),
-    ({"queues": [dict(Q, paralelism=2)]}, "queues[0].paralelism: unknown key (expected %s)" % QUEUE_KEYS),
-    ({"urlGroups": [dict(G, topic="x")]},
-     "urlGroups[0].topic: unknown key (expected 'createdAt', 'updatedAt', 'name', 'endpoints')"),
-    ({"urlGroups": [dict(G, endpoints=[{"url": "http://a", "nmae": "b"}])]},
-     "urlGroups[0].endpoints[0].nmae: unknown key (expected 'url', 'name')"),
-    ({"accounts": [{"token": "t", "queus": []}]},
-     "accounts[0].queus: unknown key (expected 'token', 'tokenSha256', 'urlGroups', 'queues', 'signingKeys')"),
+    (
+        {"queues": [dict(Q, paralelism=2)]},
+        "queues[0].paralelism: unknown key (expected %s)" % QUEUE_KEYS,
+    ),
+    (
+        {"urlGroups": [dict(G, topic="x")]},
+        "urlGroups[0].topic: unknown key (expected 'createdAt', 'updatedAt', 'name', 'endpoints')",
+    ),
+    (
+        {"urlGroups": [dict(G, endpoints=[{"url": "http://a", "nmae": "b"}])]},
+        "urlGroups[0].endpoints[0].nmae: unknown key (expected 'url', 'name')",
+    ),
+    (
+        {"accounts": [{"token": "t", "queus": []}]},
+        "accounts[0].queus: unknown key (expected 'token', 'tokenSha256', 'urlGroups', 'queues', "
+        "'signingKeys')",
+    ),
     # Names
     ({"queues": [dict(Q, name="")]}, 'queues[0].name: expected a non-empty string, got ""'),
     ({"urlGroups": [dict(G, name="")]}, 'urlGroups[0].name: expected a non-empty string, got ""'),
-    ({"urlGroups": [dict(G, name="my group")]},
-     "urlGroups[0].name: expected only letters, digits, '-', '.' and '_', got \"my group\""),
-    ({"urlGroups": [dict(G, name="ordérs")]},
-     "urlGroups[0].name: expected only letters, digits, '-', '.' and '_', got \"ordérs\""),
-    ({"queues": [Q, dict(Q, lag=3)]}, 'queues[1].name: duplicate name "q" (also at queues[0].name)'),
+    (
+        {"urlGroups": [dict(G, name="my group")]},
+        "urlGroups[0].name: expected only letters, digits, '-', '.' and '_', got \"my group\"",
+    ),
+    (
+        {"urlGroups": [dict(G, name="ordérs")]},
+        "urlGroups[0].name: expected only letters, digits, '-', '.' and '_', got \"ordérs\"",
+    ),
+    (
+        {"queues": [Q, dict(Q, lag=3)]},
+        'queues[1].name: duplicate name "q" (also at queues[0].name)',
+    ),
     ({"urlGroups": [G, G]}, 'urlGroups[1].name: duplicate name "g" (also at urlGroups[0].name)'),
-    ({"urlGroups": [dict(G, endpoints=[{"name": "e", "url": "http://a"}, {"name": "e", "url": "http://b"}])]},
-     'urlGroups[0].endpoints[1].name: duplicate name "e" (also at urlGroups[0].endpoints[0].name)'),
-    ({"urlGroups": [dict(G, endpoints=[{"name": None, "url": "http://a"}])]},
-     "urlGroups[0].endpoints[0].name: expected a non-empty string, got null"),
-    ({"queues": [dict(Q, name="two\nlines")]},
-     "queues[0].name: expected only letters, digits, '-', '.' and '_', got \"two\\nlines\""),
-    ({"queues": [dict(Q, name="caf\u00e9\ud800")]},
-     "queues[0].name: expected only letters, digits, '-', '.' and '_', got \"caf\\u00e9\\ud800\""),
-    ({"queues": [dict(Q, name="a/b")]}, "queues[0].name: expected only letters, digits, '-', '.' and '_', got \"a/b\""),
-    ({"urlGroups": [dict(G, endpoints=[{"name": "e\u2028", "url": "http://a"}])]},
-     "urlGroups[0].endpoints[0].name: expected printable characters "
-     '(no control characters, line breaks or lone surrogates), got "e\\u2028"'),
-    ({"urlGroups": [dict(G, endpoints=[{"name": "a\tb", "url": "http://a"}])]},
-     "urlGroups[0].endpoints[0].name: expected printable characters "
-     '(no control characters, line breaks or lone surrogates), got "a\\tb"'),
+    (
+        {
+            "urlGroups": [
+                dict(
+                    G,
+                    endpoints=[{"name": "e", "url": "http://a"}, {"name": "e", "url": "http://b"}],
+                )
+            ]
+        },
+        'urlGroups[0].endpoints[1].name: duplicate name "e" (also at '
+        "urlGroups[0].endpoints[0].name)",
+    ),
+    (
+        {"urlGroups": [dict(G, endpoints=[{"name": None, "url": "http://a"}])]},
+        "urlGroups[0].endpoints[0].name: expected a non-empty string, got null",
+    ),
+    (
+        {"queues": [dict(Q, name="two\nlines")]},
+        "queues[0].name: expected only letters, digits, '-', '.' and '_', got \"two\\nlines\"",
+    ),
+    (
+        {"queues": [dict(Q, name="caf\u00e9\ud800")]},
+        "queues[0].name: expected only letters, digits, '-', '.' and '_', got "
+        '"caf\\u00e9\\ud800"',
+    ),
+    (
+        {"queues": [dict(Q, name="a/b")]},
+        "queues[0].name: expected only letters, digits, '-', '.' and '_', got \"a/b\"",
+    ),
+    (
+        {"urlGroups": [dict(G, endpoints=[{"name": "e\u2028", "url": "http://a"}])]},
+        "urlGroups[0].endpoints[0].name: expected printable characters "
+        '(no control characters, line breaks or lone surrogates), got "e\\u2028"',
+    ),
+    (
+        {"urlGroups": [dict(G, endpoints=[{"name": "a\tb", "url": "http://a"}])]},
+        "urlGroups[0].endpoints[0].name: expected printable characters "
+        '(no control characters, line breaks or lone surrogates), got "a\\tb"',
+    ),
     # A key from the file is shown escaped and cut short: one short line per fault
-    ({"queues": [dict(Q, **{"la\ng": 1})]},
-     'queues[0]."la\\ng": unknown key (expected %s)' % QUEUE_KEYS),
-    ({"accounts": [], "k" * 100: 1}, '"%s...: unknown key next to \'accounts\' (a file lists accounts, '
-                                     "or holds 'urlGroups' and 'queues' of one account, not both)" % ("k" * 56)),
+    (
+        {"queues": [dict(Q, **{"la\ng": 1})]},
+        'queues[0]."la\\ng": unknown key (expected %s)' % QUEUE_KEYS,
+    ),
+    (
+        {"accounts": [], "k" * 100: 1},
+        "\"%s...: unknown key next to 'accounts' (a file lists accounts, "
+        "or holds 'urlGroups' and 'queues' of one account, not both)" % ("k" * 56),
+    ),
     # Endpoint URLs
-    *[({"urlGroups": [dict(G, endpoints=[{"url": url}])]},
-       'urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got "%s"' % url)
-      for url in ["ftp://a.example/", "/hook", "https://", "http://[::1/x", "http://a:port/", "http://a.example/x y"]],
+    *[
+        (
+            {"urlGroups": [dict(G, endpoints=[{"url": url}])]},
+            'urlGroups[0].endpoints[0].url: expected an absolute http or https URL, got "%s"' % url,
+        )
+        for url in [
+            "ftp://a.example/",
+            "/hook",
+            "https://",
+            "http://[::1/x",
+            "http://a:port/",
+            "http://a.example/x y",
+        ]
+    ],
     # Accounts and tokens (a token's value is never shown)
     ({"accounts": [{}]}, "accounts[0]: expected exactly one of 'token' or 'tokenSha256'"),
-    ({"accounts": [{"token": "a", "tokenSha256": "0" * 64}]},
-     "accounts[0]: expected exactly one of 'token' or 'tokenSha256'"),
-    ({"accounts": [{"token": ""}]},
-     "accounts[0].token: expected a non-empty token of visible ASCII characters, no spaces"),
-    ({"accounts": [{"token": "my secret"}]},
-     "accounts[0].token: expected a non-empty token of visible ASCII characters, no spaces"),
+    (
+        {"accounts": [{"token": "a", "tokenSha256": "0" * 64}]},
+        "accounts[0]: expected exactly one of 'token' or 'tokenSha256'",
+    ),
+    (
+        {"accounts": [{"token": ""}]},
+        "accounts[0].token: expected a non-empty token of visible ASCII characters, no spaces",
+    ),
+    (
+        {"accounts": [{"token": "my secret"}]},
+        "accounts[0].token: expected a non-empty token of visible ASCII characters, no spaces",
+    ),
     ({"accounts": [{"token": 5}]}, "accounts[0].token: expected a string"),
-    ({"accounts": [{"tokenSha256": "abc"}]},
-     "accounts[0].tokenSha256: expected 64 hexadecimal digits (a SHA-256 digest, printf %s TOKEN | sha256sum), "
-     "got a string of 3 characters"),
-    ({"accounts": [{"tokenSha256": 5}]},
-     "accounts[0].tokenSha256: expected 64 hexadecimal digits (a SHA-256 digest, printf %s TOKEN | sha256sum), "
-     "got 5"),
+    (
+        {"accounts": [{"tokenSha256": "abc"}]},
+        "accounts[0].tokenSha256: expected 64 hexadecimal digits (a SHA-256 digest, printf %s "
+        "TOKEN | sha256sum), "
+        "got a string of 3 characters",
+    ),
+    (
+        {"accounts": [{"tokenSha256": 5}]},
+        "accounts[0].tokenSha256: expected 64 hexadecimal digits (a SHA-256 digest, printf %s "
+        "TOKEN | sha256sum), "
+        "got 5",
+    ),
     ({"accounts": [{"token": "a"}, {"token": "a"}]}, "accounts[1]: same token as accounts[0]"),
-    ({"accounts": [{"token": "a"}, {"tokenSha256": hashlib.sha256(b"a").hexdigest().upper()}]},
-     "accounts[1]: same token as accounts[0]"),
+    (
+        {"accounts": [{"token": "a"}, {"tokenSha256": hashlib.sha256(b"a").hexdigest().upper()}]},
+        "accounts[1]: same token as accounts[0]",
+    ),
 ]
 
 
@@ -141,36 +274,62 @@ def test_each_fault_is_reported_with_its_place(document: Any, message: str) -> N
     assert one(document) == "data.json: " + message
 
 
-@pytest.mark.parametrize("raw", [b'{"queues": [}', b'{"queues": [1 2]}', b'{"queues" []}', b'{"queues": [1, , 2]}'])
+@pytest.mark.parametrize(
+    "raw", [b'{"queues": [}', b'{"queues": [1 2]}', b'{"queues" []}', b'{"queues": [1, , 2]}']
+)
 def test_invalid_json_is_reported_with_its_line_and_column(raw: bytes) -> None:
     # The place and the words are the json module's own; they differ between Python versions.
     with pytest.raises(json.JSONDecodeError) as info:
         json.loads(raw)
     error = info.value
-    assert one(raw) == "data.json: line %d, column %d: invalid JSON: %s" % (error.lineno, error.colno, error.msg)
+    assert one(raw) == "data.json: line %d, column %d: invalid JSON: %s" % (
+        error.lineno,
+        error.colno,
+        error.msg,
+    )
 
 
 COMMA = "invalid JSON: a comma before the closing '%s' (JSON allows none)"
 
 
-@pytest.mark.parametrize("raw, message", [
-    (b"", "data.json: empty: a data file is a JSON object (python app.py --example prints one)"),
-    (b" \n\t", "data.json: empty: a data file is a JSON object (python app.py --example prints one)"),
-    (b'{"queues": []\n,}', "data.json: line 2, column 2: " + COMMA % "}"),
-    (b'{"queues": [\n\n  {"name": 1,}]}', "data.json: line 3, column 14: " + COMMA % "}"),
-    (b'{"queues": [1, ]}', "data.json: line 1, column 16: " + COMMA % "]"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (
+            b"",
+            "data.json: empty: a data file is a JSON object (python app.py --example prints one)",
+        ),
+        (
+            b" \n\t",
+            "data.json: empty: a data file is a JSON object (python app.py --example prints one)",
+        ),
+        (b'{"queues": []\n,}', "data.json: line 2, column 2: " + COMMA % "}"),
+        (b'{"queues": [\n\n  {"name": 1,}]}', "data.json: line 3, column 14: " + COMMA % "}"),
+        (b'{"queues": [1, ]}', "data.json: line 1, column 16: " + COMMA % "]"),
+    ],
+)
 def test_an_empty_file_and_a_trailing_comma_are_said_in_our_words(raw: bytes, message: str) -> None:
     assert one(raw) == message
 
 
-@pytest.mark.parametrize("raw, message", [
-    (b'{"queues": [{"createdAt": 1, "updatedAt": 2, "name": "q", "parallelism": 5, "lag": 0, "parallelism": 7}]}',
-     "data.json: queues[0].parallelism: given twice in one object (only one is allowed)"),
-    (b'{"queues": [], "queues": []}', "data.json: queues: given twice in one object (only one is allowed)"),
-    (b'{"accounts": [{"token": "a", "token": "b"}]}',
-     "data.json: accounts[0].token: given twice in one object (only one is allowed)"),
-])
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        (
+            b'{"queues": [{"createdAt": 1, "updatedAt": 2, "name": "q", "parallelism": 5, '
+            b'"lag": 0, "parallelism": 7}]}',
+            "data.json: queues[0].parallelism: given twice in one object (only one is allowed)",
+        ),
+        (
+            b'{"queues": [], "queues": []}',
+            "data.json: queues: given twice in one object (only one is allowed)",
+        ),
+        (
+            b'{"accounts": [{"token": "a", "token": "b"}]}',
+            "data.json: accounts[0].token: given twice in one object (only one is allowed)",
+        ),
+    ],
+)
 def test_a_key_given_twice_is_a_fault_with_its_place(raw: bytes, message: str) -> None:
     assert one(raw) == message
 
@@ -178,37 +337,51 @@ def test_a_key_given_twice_is_a_fault_with_its_place(raw: bytes, message: str) -
 def test_an_integer_python_will_not_read_is_one_line_in_our_words() -> None:
     import sys
 
-    raw = b'{"queues": [{"createdAt": 1, "updatedAt": 2, "name": "q", "parallelism": 1, "lag": 1%s}]}' % (b"0" * 4999)
-    if hasattr(sys, "set_int_max_str_digits"):  # 3.11, 3.10.7, 3.9.14 and later refuse over 4,300 digits
+    raw = (
+        b'{"queues": [{"createdAt": 1, "updatedAt": 2, "name": "q", "parallelism": 1, "lag": 1%s}]}'
+        % (b"0" * 4999)
+    )
+    if hasattr(
+        sys, "set_int_max_str_digits"
+    ):  # 3.11, 3.10.7, 3.9.14 and later refuse over 4,300 digits
         assert one(raw) == "data.json: invalid JSON: an integer of more than 4,300 digits"
     else:
-        assert one(raw).startswith("data.json: queues[0].lag: expected an integer from 0 to 2**53 - 1, got ")
+        assert one(raw).startswith(
+            "data.json: queues[0].lag: expected an integer from 0 to 2**53 - 1, got "
+        )
 
 
 def test_a_value_that_keeps_its_rule_is_not_reported_beside_one_that_does_not() -> None:
     """Equal times are fine, and a duplicate is one name: only the other faults of those items."""
     assert faults({"queues": [dict(Q, createdAt=5, updatedAt=5, lag="x")]}) == [
-        'data.json: queues[0].lag: expected an integer from 0 to 2**53 - 1, got "x"']
+        'data.json: queues[0].lag: expected an integer from 0 to 2**53 - 1, got "x"'
+    ]
     assert faults({"queues": [Q, dict(Q, parallelism=0, lag=-1)]}) == [
         'data.json: queues[1].name: duplicate name "q" (also at queues[0].name)',
-        "data.json: queues[1].lag: expected an integer from 0 to 2**53 - 1, got -1"]
+        "data.json: queues[1].lag: expected an integer from 0 to 2**53 - 1, got -1",
+    ]
 
 
 def test_every_fault_of_an_item_is_reported_even_with_one_missing() -> None:
     assert faults({"queues": [{"createdAt": 1, "updatedAt": 2, "name": "q", "lag": "3"}]}) == [
         "data.json: queues[0].parallelism: missing",
-        'data.json: queues[0].lag: expected an integer from 0 to 2**53 - 1, got "3"']
+        'data.json: queues[0].lag: expected an integer from 0 to 2**53 - 1, got "3"',
+    ]
 
 
 def test_every_fault_is_reported_not_just_the_first() -> None:
-    document = {"accounts": [
-        {"token": TOKEN_A, "queues": [dict(Q, lag="1"), dict(Q, name="r", parallelism=-1)]},
-        {"token": "b", "urlGroups": [dict(G, name="a b")], "queues": [{"name": "x"}]},
-    ]}
+    document = {
+        "accounts": [
+            {"token": TOKEN_A, "queues": [dict(Q, lag="1"), dict(Q, name="r", parallelism=-1)]},
+            {"token": "b", "urlGroups": [dict(G, name="a b")], "queues": [{"name": "x"}]},
+        ]
+    }
     assert faults(document) == [
         'data.json: accounts[0].queues[0].lag: expected an integer from 0 to 2**53 - 1, got "1"',
-        "data.json: accounts[0].queues[1].parallelism: expected an integer from 0 to 2**53 - 1, got -1",
-        "data.json: accounts[1].urlGroups[0].name: expected only letters, digits, '-', '.' and '_', got \"a b\"",
+        "data.json: accounts[0].queues[1].parallelism: expected an integer from 0 to 2**53 - 1, "
+        "got -1",
+        "data.json: accounts[1].urlGroups[0].name: expected only letters, digits, '-', '.' and "
+        "'_', got \"a b\"",
         "data.json: accounts[1].queues[0].createdAt: missing",
         "data.json: accounts[1].queues[0].updatedAt: missing",
         "data.json: accounts[1].queues[0].parallelism: missing",
@@ -223,7 +396,9 @@ def test_reports_stop_at_a_cap() -> None:
 
 
 def test_a_token_is_never_shown_in_a_fault() -> None:
-    found = faults({"accounts": [{"token": "sec ret"}, {"token": "x"}, {"token": "x", "queues": 1}]})
+    found = faults(
+        {"accounts": [{"token": "sec ret"}, {"token": "x"}, {"token": "x", "queues": 1}]}
+    )
     assert not any("sec ret" in line or '"x"' in line for line in found)
 
 
@@ -232,8 +407,13 @@ def test_a_good_file_becomes_dataclasses(data_path: Path) -> None:
     a = loaded.accounts[0]
     assert a.token_sha256 == hashlib.sha256(TOKEN_A.encode()).digest()
     assert a.url_groups["orders"] == store.UrlGroup(
-        1700000000000, 1700000500000, "orders",
-        (store.Endpoint("billing", "https://billing.example.com/hook"), store.Endpoint(url="http://crm.example.com/hook")),
+        1700000000000,
+        1700000500000,
+        "orders",
+        (
+            store.Endpoint("billing", "https://billing.example.com/hook"),
+            store.Endpoint(url="http://crm.example.com/hook"),
+        ),
     )
     assert a.queues["emails"] == store.Queue(1700000000000, 1700000000000, "emails", 2, 0, False)
     assert json.loads(store.array(a.url_groups)) == [ALPHA_GROUP]
@@ -255,16 +435,32 @@ def test_one_account_form_takes_the_given_token(tmp_path: Path) -> None:
 
 def test_edge_values_that_are_fine(tmp_path: Path) -> None:
     document = {
-        "urlGroups": [dict(G, name="a.b_c-D9", endpoints=[]),
-                      dict(G, name="x", endpoints=[{"url": "http://[::1]:8080/p?q=1#f", "name": "ü"}])],
+        "urlGroups": [
+            dict(G, name="a.b_c-D9", endpoints=[]),
+            dict(G, name="x", endpoints=[{"url": "http://[::1]:8080/p?q=1#f", "name": "ü"}]),
+        ],
         "queues": [dict(Q, createdAt=0, updatedAt=0, lag=2**53 - 1, name="a.B-9_z", paused=True)],
     }
-    loaded = store.parse(b"\xef\xbb\xbf" + json.dumps(document).encode(), "data.json", "t")  # with a BOM
+    loaded = store.parse(
+        b"\xef\xbb\xbf" + json.dumps(document).encode(), "data.json", "t"
+    )  # with a BOM
     assert loaded.accounts[0].queues["a.B-9_z"].lag == 2**53 - 1
 
 
-STRINGS = ["q", "", 'say "hi"', "back\\slash", "caf\u00e9", "名前", "\U0001f600", "</script>",
-           "\u2028\u2029", "\x00\x1f\x7f", "tab\there", "/slash/"]
+STRINGS = [
+    "q",
+    "",
+    'say "hi"',
+    "back\\slash",
+    "caf\u00e9",
+    "名前",
+    "\U0001f600",
+    "</script>",
+    "\u2028\u2029",
+    "\x00\x1f\x7f",
+    "tab\there",
+    "/slash/",
+]
 
 
 def test_encode_writes_the_bytes_json_dumps_would() -> None:
@@ -276,13 +472,34 @@ def test_encode_writes_the_bytes_json_dumps_would() -> None:
         numbers = [rng.choice([0, 1, 2**53 - 1, rng.randrange(2**53)]) for _ in range(4)]
         paused = rng.random() < 0.5
         queues.append(store.Queue(numbers[0], numbers[1], name, numbers[2], numbers[3], paused))
-        expected_queues.append(served({"createdAt": numbers[0], "updatedAt": numbers[1], "name": name,
-                                       "parallelism": numbers[2], "lag": numbers[3], "paused": paused}))
-        endpoints = [store.Endpoint(rng.choice([None, *STRINGS]), "https://e.example/" + rng.choice(STRINGS))
-                     for _ in range(rng.randrange(3))]
+        expected_queues.append(
+            served(
+                {
+                    "createdAt": numbers[0],
+                    "updatedAt": numbers[1],
+                    "name": name,
+                    "parallelism": numbers[2],
+                    "lag": numbers[3],
+                    "paused": paused,
+                }
+            )
+        )
+        endpoints = [
+            store.Endpoint(rng.choice([None, *STRINGS]), "https://e.example/" + rng.choice(STRINGS))
+            for _ in range(rng.randrange(3))
+        ]
         groups.append(store.UrlGroup(numbers[0], numbers[1], name, tuple(endpoints)))
-        expected_groups.append({"createdAt": numbers[0], "updatedAt": numbers[1], "name": name, "endpoints": [
-            {"url": e.url} if e.name is None else {"name": e.name, "url": e.url} for e in endpoints]})
+        expected_groups.append(
+            {
+                "createdAt": numbers[0],
+                "updatedAt": numbers[1],
+                "name": name,
+                "endpoints": [
+                    {"url": e.url} if e.name is None else {"name": e.name, "url": e.url}
+                    for e in endpoints
+                ],
+            }
+        )
     for items, expected in ((queues, expected_queues), (groups, expected_groups), ([], [])):
         dumped = json.dumps(expected, ensure_ascii=False, separators=(",", ":")).encode()
         assert store.encode(items) == dumped
@@ -292,7 +509,9 @@ def test_encode_writes_the_bytes_json_dumps_would() -> None:
 def test_an_unreadable_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(store.DataError) as info:
         store.load(str(tmp_path / "missing.json"), "t")
-    assert info.value.faults == ["%s: cannot read: No such file or directory" % (tmp_path / "missing.json")]
+    assert info.value.faults == [
+        "%s: cannot read: No such file or directory" % (tmp_path / "missing.json")
+    ]
 
 
 def test_deep_nesting_is_a_fault_not_a_crash() -> None:
@@ -307,14 +526,32 @@ def _mutate(rng: random.Random, document: Any) -> Any:
     def walk(node: Any) -> None:
         if isinstance(node, (dict, list)):
             nodes.append(node)
-            for child in (node.values() if isinstance(node, dict) else node):
+            for child in node.values() if isinstance(node, dict) else node:
                 walk(child)
 
     walk(doc)
     node = rng.choice(nodes)
     keys = list(node) if isinstance(node, dict) else list(range(len(node)))
-    replacement: Any = rng.choice([None, True, 0, -1, 1.5, 2**53, "", "x y", "q", "http://a", [], {}, "7", 3,
-                              "a\nb", "\ud800"])
+    replacement: Any = rng.choice(
+        [
+            None,
+            True,
+            0,
+            -1,
+            1.5,
+            2**53,
+            "",
+            "x y",
+            "q",
+            "http://a",
+            [],
+            {},
+            "7",
+            3,
+            "a\nb",
+            "\ud800",
+        ]
+    )
     if keys and rng.random() < 0.8:
         key = rng.choice(keys)
         if rng.random() < 0.2 and isinstance(node, dict):
@@ -330,20 +567,34 @@ def _mutate(rng: random.Random, document: Any) -> Any:
 
 def _assert_follows_the_rules(account: store.Account) -> None:
     """An independent statement of the rules, for what the loader accepted."""
+
     def count(value: Any) -> bool:
         return type(value) is int and 0 <= value <= 2**53 - 1
 
     for things in (list(account.queues.values()), list(account.url_groups.values())):
         names = [thing.name for thing in things]
-        assert len(set(names)) == len(names) and all(type(n) is str and n and n.isprintable() for n in names)
-        assert all(count(t.created_at) and count(t.updated_at) and t.created_at <= t.updated_at for t in things)
-    assert all(count(q.parallelism) and count(q.lag) and type(q.paused) is bool for q in account.queues.values())
+        assert len(set(names)) == len(names) and all(
+            type(n) is str and n and n.isprintable() for n in names
+        )
+        assert all(
+            count(t.created_at) and count(t.updated_at) and t.created_at <= t.updated_at
+            for t in things
+        )
+    assert all(
+        count(q.parallelism) and count(q.lag) and type(q.paused) is bool
+        for q in account.queues.values()
+    )
     assert all(re.fullmatch(r"[A-Za-z0-9_.-]+", queue.name) for queue in account.queues.values())
     for group in account.url_groups.values():
         assert re.fullmatch(r"[A-Za-z0-9_.-]+", group.name)
         named = [e.name for e in group.endpoints if e.name is not None]
-        assert len(set(named)) == len(named) and all(type(n) is str and n and n.isprintable() for n in named)
-        assert all(type(e.url) is str and e.url.startswith(("http://", "https://")) for e in group.endpoints)
+        assert len(set(named)) == len(named) and all(
+            type(n) is str and n and n.isprintable() for n in named
+        )
+        assert all(
+            type(e.url) is str and e.url.startswith(("http://", "https://"))
+            for e in group.endpoints
+        )
 
 
 def test_random_faults_are_always_reported_and_good_files_load_exactly() -> None:
@@ -351,7 +602,9 @@ def test_random_faults_are_always_reported_and_good_files_load_exactly() -> None
     document that loads holds exactly the values the file has."""
     rng = random.Random(3)
     base = accounts_document()
-    base["accounts"][1]["urlGroups"] = [dict(G, endpoints=[{"url": "http://b", "name": "n"}, {"url": "http://c"}])]
+    base["accounts"][1]["urlGroups"] = [
+        dict(G, endpoints=[{"url": "http://b", "name": "n"}, {"url": "http://c"}])
+    ]
     base["accounts"][1]["queues"].append(dict(Q, paused=True))
     loaded = rejected = 0
     for _ in range(3000):
@@ -367,8 +620,12 @@ def test_random_faults_are_always_reported_and_good_files_load_exactly() -> None
         for account in result.accounts:
             _assert_follows_the_rules(account)
         for account, source in zip(result.accounts, document["accounts"]):
-            assert json.loads(store.array(account.queues)) == [served(q) for q in source.get("queues", [])]
-            assert json.loads(store.array(account.url_groups)) == [served(g) for g in source.get("urlGroups", [])]
+            assert json.loads(store.array(account.queues)) == [
+                served(q) for q in source.get("queues", [])
+            ]
+            assert json.loads(store.array(account.url_groups)) == [
+                served(g) for g in source.get("urlGroups", [])
+            ]
     assert loaded > 100 and rejected > 1000, (loaded, rejected)
 
 
@@ -389,7 +646,9 @@ def test_an_account_is_found_by_one_lookup_whatever_their_number() -> None:
 
 
 def test_an_item_is_found_by_its_name() -> None:
-    loaded = store.parse(json.dumps({"queues": [Q, dict(Q, name="r")], "urlGroups": [G]}).encode(), "d", "t")
+    loaded = store.parse(
+        json.dumps({"queues": [Q, dict(Q, name="r")], "urlGroups": [G]}).encode(), "d", "t"
+    )
     account = loaded.accounts[0]
     assert account.item("queues", "r") is list(account.queues.values())[1]
     assert account.item("url_groups", "g") is list(account.url_groups.values())[0]
@@ -398,23 +657,72 @@ def test_an_item_is_found_by_its_name() -> None:
 
 MAX = 2**53 - 1
 # Each limit at its exact edge, on either side: (what to change, the value, whether it is allowed).
-EDGES: List[Tuple[Tuple[str, str], Any, bool]] = [(("queues", field), value, ok) for field in ("parallelism", "lag")
-         for value, ok in ((0, True), (-1, False), (MAX, True), (MAX + 1, False), (True, False), (1.0, False),
-                           (10**20 - 1, False), (10**20, False))]
-EDGES += [(("queues", "times"), (created, updated), ok) for created, updated, ok in (
-    (0, 0, True), (MAX, MAX, True), (MAX, MAX + 1, False), (5, 4, False), (4, 5, True), (-1, 0, False))]
-EDGES += [(("urlGroups", "times"), (created, updated), ok) for created, updated, ok in (
-    (0, 0, True), (MAX, MAX, True), (MAX + 1, MAX + 1, False), (5, 4, False))]
-EDGES += [(("queues", "name"), value, ok) for value, ok in (
-    ("a-._Z9", True), ("", False), (" ", False), ("a\x7f", False), ("\u2028", False), ("名", False), (1, False))]
-EDGES += [(("endpoints", "name"), value, ok) for value, ok in (
-    ("a", True), ("", False), ("a\nb", False), ("é", True), (None, False))]
-EDGES += [(("urlGroups", "name"), value, ok) for value, ok in (
-    ("a-._Z9", True), ("", False), ("a b", False), ("é", False), ("a/b", False), ("a\n", False))]
+EDGES: List[Tuple[Tuple[str, str], Any, bool]] = [
+    (("queues", field), value, ok)
+    for field in ("parallelism", "lag")
+    for value, ok in (
+        (0, True),
+        (-1, False),
+        (MAX, True),
+        (MAX + 1, False),
+        (True, False),
+        (1.0, False),
+        (10**20 - 1, False),
+        (10**20, False),
+    )
+]
+EDGES += [
+    (("queues", "times"), (created, updated), ok)
+    for created, updated, ok in (
+        (0, 0, True),
+        (MAX, MAX, True),
+        (MAX, MAX + 1, False),
+        (5, 4, False),
+        (4, 5, True),
+        (-1, 0, False),
+    )
+]
+EDGES += [
+    (("urlGroups", "times"), (created, updated), ok)
+    for created, updated, ok in (
+        (0, 0, True),
+        (MAX, MAX, True),
+        (MAX + 1, MAX + 1, False),
+        (5, 4, False),
+    )
+]
+EDGES += [
+    (("queues", "name"), value, ok)
+    for value, ok in (
+        ("a-._Z9", True),
+        ("", False),
+        (" ", False),
+        ("a\x7f", False),
+        ("\u2028", False),
+        ("名", False),
+        (1, False),
+    )
+]
+EDGES += [
+    (("endpoints", "name"), value, ok)
+    for value, ok in (("a", True), ("", False), ("a\nb", False), ("é", True), (None, False))
+]
+EDGES += [
+    (("urlGroups", "name"), value, ok)
+    for value, ok in (
+        ("a-._Z9", True),
+        ("", False),
+        ("a b", False),
+        ("é", False),
+        ("a/b", False),
+        ("a\n", False),
+    )
+]
 
 
 def _with(where: Any, value: Any) -> Any:
-    """A one-account document whose first queue or URL group (or endpoint) has ``value`` at ``where``."""
+    """A one-account document whose first queue or URL group (or endpoint) has ``value`` at
+    ``where``."""
     kind, field = where
     if kind == "endpoints":
         group = dict(G, endpoints=[{"url": "https://a.example/", "name": value}])

@@ -8,22 +8,34 @@ import shutil
 import signal
 import socket
 import sys
-import time
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
-from helpers import ALPHA_QUEUE, Q_TEMPLATE, ROOT, TOKEN_A, Output, eventually, free_port, started, write_json
+from helpers import (
+    ALPHA_QUEUE,
+    Q_TEMPLATE,
+    ROOT,
+    TOKEN_A,
+    Output,
+    eventually,
+    free_port,
+    started,
+    write_json,
+)
 from test_hostile import children, deploy_command, get, wait_until_answered
 from test_server import catches
 
 BIN = Path(sys.executable).parent
 UWSGI = shutil.which("uwsgi", path=str(BIN)) or shutil.which("uwsgi")
-needs_uwsgi = pytest.mark.skipif(UWSGI is None, reason="uwsgi is not installed (pip install -e '.[test]' builds it)")
+needs_uwsgi = pytest.mark.skipif(
+    UWSGI is None, reason="uwsgi is not installed (pip install -e '.[test]' builds it)"
+)
 
 
 def big_document(queues: int, extra: str = "") -> Dict[str, Any]:
-    """A file that takes a while to load (about a second at 150,000 queues), with one queue named ``extra``."""
+    """A file that takes a while to load (about a second at 150,000 queues), with one queue named
+    ``extra``."""
     listed = [dict(Q_TEMPLATE, name="q%d" % i) for i in range(queues)] + [dict(ALPHA_QUEUE)]
     if extra:
         listed.append(dict(ALPHA_QUEUE, name=extra))
@@ -37,7 +49,8 @@ def replace(path: Path, document: Dict[str, Any]) -> None:
 
 
 def everyone_serves(port: int, name: str, tries: int = 20) -> bool:
-    """Tell whether ``tries`` requests in a row (spread over the workers) all find the queue ``name``."""
+    """Tell whether ``tries`` requests in a row (spread over the workers) all find the queue
+    ``name``."""
     try:
         return all(get("127.0.0.1", port, "/v2/queues/" + name)[0] == 200 for _ in range(tries))
     except OSError:  # a connection reset while the server replaces its workers
@@ -64,7 +77,9 @@ def uwsgi_command(port: int) -> List[str]:
     return [UWSGI] + deploy_command("uwsgi", port)[1:]
 
 
-def test_gunicorn_preload_workers_forked_during_a_load_serve_the_new_version(tmp_path: Path) -> None:
+def test_gunicorn_preload_workers_forked_during_a_load_serve_the_new_version(
+    tmp_path: Path,
+) -> None:
     """An edit, then SIGHUP to the master (gunicorn's "new workers") while the master's own
     reloader is still building the new version: every new worker serves the new version."""
     data = write_json(tmp_path / "data.json", big_document(150000))
@@ -77,7 +92,9 @@ def test_gunicorn_preload_workers_forked_during_a_load_serve_the_new_version(tmp
         assert get("127.0.0.1", port, "/v2/queues/added")[0] == 404
         busy = cpu_seconds(master.pid)
         replace(data, big_document(150000, extra="added"))
-        eventually(lambda: cpu_seconds(master.pid) - busy > 0.3)  # the master's reloader is building it...
+        eventually(
+            lambda: cpu_seconds(master.pid) - busy > 0.3
+        )  # the master's reloader is building it...
         master.send_signal(signal.SIGHUP)  # ...when gunicorn forks new workers
         eventually(lambda: everyone_serves(port, "added"), timeout=30)
         assert master.poll() is None
@@ -137,8 +154,10 @@ def test_signals_of_each_server(tmp_path: Path, server: str, signum: str) -> Non
     with started(command(port), env, cwd=str(tmp_path)) as proc:
         log = Output(proc.stderr)
         wait_until_answered(port, timeout=60)
-        # Every worker up: a uWSGI worker still starting can miss the master's graceful stop, and then
-        # the master waits for it (uWSGI 2.0's own race, seen about once in ten runs on a loaded machine).
+        # Every worker up: a uWSGI worker still starting can miss the master's graceful stop, and
+        # then
+        # the master waits for it (uWSGI 2.0's own race, seen about once in ten runs on a loaded
+        # machine).
         eventually(lambda: everyone_serves(port, "emails"), timeout=30)
         if signum == "SIGHUP":  # an edit the reloaders would see in an hour; SIGHUP has it seen now
             replace(data, big_document(10, extra="added"))
@@ -152,41 +171,59 @@ def test_signals_of_each_server(tmp_path: Path, server: str, signum: str) -> Non
     assert "Traceback" not in log.text()
 
 
-
 BOOT_FAILURES = {
     # what only the environment can fix, and the one line that says so
-    "a pasted 'Bearer '": ({"QSTASH_TOKEN": "Bearer abc"},
-                           "QSTASH_TOKEN: drop the word 'Bearer': the variable holds the token alone"),
-    "no QSTASH_TOKEN for one account": ({}, "{data}: holds a single account, and QSTASH_TOKEN is not set: "
-                                            "set it to the token its clients send"),
-    "an empty data path": ({"QSTASH_TOKEN": "t", "QSTASH_LISTS_DATA": ""},
-                           "QSTASH_LISTS_DATA: empty; give a value, or unset it for the default"),
-    "an unreadable size": ({"QSTASH_TOKEN": "t", "QSTASH_LISTS_MAX_SIZE": "\u00b2"},
-                           "QSTASH_LISTS_MAX_SIZE: expected a size in bytes from 1 to 4G, such as 64M (K, M or G "
-                           "may follow the number)"),
+    "a pasted 'Bearer '": (
+        {"QSTASH_TOKEN": "Bearer abc"},
+        "QSTASH_TOKEN: drop the word 'Bearer': the variable holds the token alone",
+    ),
+    "no QSTASH_TOKEN for one account": (
+        {},
+        "{data}: holds a single account, and QSTASH_TOKEN is not set: "
+        "set it to the token its clients send",
+    ),
+    "an empty data path": (
+        {"QSTASH_TOKEN": "t", "QSTASH_LISTS_DATA": ""},
+        "QSTASH_LISTS_DATA: empty; give a value, or unset it for the default",
+    ),
+    "an unreadable size": (
+        {"QSTASH_TOKEN": "t", "QSTASH_LISTS_MAX_SIZE": "\u00b2"},
+        "QSTASH_LISTS_MAX_SIZE: expected a size in bytes from 1 to 4G, such as 64M (K, M or G "
+        "may follow the number)",
+    ),
 }
 
 
 @pytest.mark.parametrize("server", list(SERVERS))
 @pytest.mark.parametrize("mistake", list(BOOT_FAILURES))
-def test_a_configuration_mistake_stops_every_server_with_one_line(tmp_path: Path, server: str, mistake: str) -> None:
-    """Not a worker booted again and again (gunicorn, before: 261 boots in 15 s), not a 503 for ever."""
+def test_a_configuration_mistake_stops_every_server_with_one_line(
+    tmp_path: Path, server: str, mistake: str
+) -> None:
+    """Not a worker booted again and again (gunicorn, before: 261 boots in 15 s), not a 503 for
+    ever."""
     if server == "uwsgi" and UWSGI is None:
         pytest.skip("uwsgi is not installed (pip install -e '.[test]' builds it)")
     command, _ = SERVERS[server]
     data = write_json(tmp_path / "data.json", {"queues": [ALPHA_QUEUE]})  # one account
     env, line = BOOT_FAILURES[mistake]
-    with started(command(free_port()), dict({"QSTASH_LISTS_DATA": str(data), "PYTHONPATH": str(ROOT)}, **env),
-                 cwd=str(tmp_path)) as proc:
+    with started(
+        command(free_port()),
+        dict({"QSTASH_LISTS_DATA": str(data), "PYTHONPATH": str(ROOT)}, **env),
+        cwd=str(tmp_path),
+    ) as proc:
         _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert line.format(data=data) in err.splitlines()
-    assert '/app.py"' not in err and '/store.py"' not in err  # no traceback through this project's code
+    assert (
+        '/app.py"' not in err and '/store.py"' not in err
+    )  # no traceback through this project's code
     if server == "gunicorn":
         assert "Worker failed to boot" in err and err.count("Booting worker") <= 2
         # gunicorn's own race: when both workers fail at once, the second's SIGCHLD can reach the
         # master while it halts, which prints HaltServer's traceback and exits 1 instead of 3.
-        assert proc.returncode == 3 or (proc.returncode == 1 and "gunicorn.errors.HaltServer" in err)
+        assert proc.returncode == 3 or (
+            proc.returncode == 1 and "gunicorn.errors.HaltServer" in err
+        )
     else:
         assert "Traceback" not in err
 
@@ -197,9 +234,15 @@ def slow_file(tmp_path_factory: Any) -> Path:
     return write_json(tmp_path_factory.mktemp("slow") / "data.json", big_document(150000))
 
 
-@pytest.mark.parametrize("server", ["waitress-serve", "gunicorn"])  # uWSGI's master loads the app before it
-@pytest.mark.parametrize("signum", ["SIGHUP", "SIGTERM", "SIGINT"])  # handles any signal: its own affair
-def test_signals_of_each_server_during_the_first_load(slow_file: Path, server: str, signum: str) -> None:
+@pytest.mark.parametrize(
+    "server", ["waitress-serve", "gunicorn"]
+)  # uWSGI's master loads the app before it
+@pytest.mark.parametrize(
+    "signum", ["SIGHUP", "SIGTERM", "SIGINT"]
+)  # handles any signal: its own affair
+def test_signals_of_each_server_during_the_first_load(
+    slow_file: Path, server: str, signum: str
+) -> None:
     """The same table from the first instant: a signal while the app is still loading the file.
     SIGHUP never ends the server; SIGTERM and SIGINT end it with no traceback."""
     command, _ = SERVERS[server]
@@ -207,8 +250,13 @@ def test_signals_of_each_server_during_the_first_load(slow_file: Path, server: s
     env = {"QSTASH_LISTS_DATA": str(slow_file), "PYTHONPATH": str(ROOT)}
     with started(command(port), env, cwd=str(slow_file.parent)) as proc:
         log = Output(proc.stderr)
-        # Its SIGHUP handler is in (the app's, or the server's own), and nothing answers yet: loading.
-        eventually(lambda: catches(proc.pid, signal.SIGHUP) and (server != "gunicorn" or children(proc.pid)))
+        # Its SIGHUP handler is in (the app's, or the server's own), and nothing answers yet:
+        # loading.
+        eventually(
+            lambda: (
+                catches(proc.pid, signal.SIGHUP) and (server != "gunicorn" or children(proc.pid))
+            )
+        )
         assert not answers_at_once(port)
         proc.send_signal(getattr(signal, signum))
         if signum == "SIGHUP":
@@ -236,13 +284,19 @@ def test_the_throughput_recipe_finishes_the_answers_in_flight_on_sigterm(tmp_pat
         wait_until_answered(port, timeout=60)
         expected = get("127.0.0.1", port, "/v2/queues")[1]
         reader = socket.socket()
-        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
+        reader.setsockopt(
+            socket.SOL_SOCKET, socket.SO_RCVBUF, 4096
+        )  # before connecting: a small window
         reader.settimeout(30)
         reader.connect(("127.0.0.1", port))
-        reader.sendall(b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n")
+        reader.sendall(
+            b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n"
+        )
         received = bytearray(reader.recv(4096))  # the answer has begun...
         master.send_signal(signal.SIGTERM)  # ...when the stop comes
-        log.wait_for("graceful shutdown", timeout=30)  # the stop has begun, the answer still in flight
+        log.wait_for(
+            "graceful shutdown", timeout=30
+        )  # the stop has begun, the answer still in flight
         while True:
             chunk = reader.recv(1 << 20)
             if not chunk:
@@ -251,33 +305,57 @@ def test_the_throughput_recipe_finishes_the_answers_in_flight_on_sigterm(tmp_pat
         reader.close()
         assert master.wait(timeout=30) == 0
     head, _, body = bytes(received).partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 200 ") and len(body) == len(expected) > 10000000 and body == expected
+    assert (
+        head.startswith(b"HTTP/1.1 200 ")
+        and len(body) == len(expected) > 10000000
+        and body == expected
+    )
     assert "Traceback" not in log.text()
 
 
 @needs_uwsgi
-def test_uwsgi_workers_say_stale_while_the_file_differs_and_serve_an_edit_within_an_interval(tmp_path: Path) -> None:
-    """uWSGI forks its workers from C: uWSGI's own post-fork hook marks each, whose first call starts its
-    reloader and looks at once.  An edit then reaches every worker within the interval, and until a
-    worker has it, its /healthz says stale (the file on disk differs from what it serves)."""
+def test_uwsgi_workers_say_stale_while_the_file_differs_and_serve_an_edit_within_an_interval(
+    tmp_path: Path,
+) -> None:
+    """uWSGI forks its workers from C: uWSGI's own post-fork hook marks each, whose first call
+    starts its reloader and looks at once.  An edit then reaches every worker within the
+    interval, and until a worker has it, its /healthz says stale (the file on disk differs from
+    what it serves)."""
     import hashlib
     import json
 
     data = write_json(tmp_path / "data.json", big_document(10))
     port = free_port()
     for interval in ("3600", "0.5"):
-        env = {"QSTASH_LISTS_DATA": str(data), "PYTHONPATH": str(ROOT), "QSTASH_LISTS_INTERVAL": interval}
+        env = {
+            "QSTASH_LISTS_DATA": str(data),
+            "PYTHONPATH": str(ROOT),
+            "QSTASH_LISTS_INTERVAL": interval,
+        }
         with started(uwsgi_command(port), env, cwd=str(tmp_path)) as master:
             Output(master.stderr)
             wait_until_answered(port, timeout=60)
             replace(data, big_document(10, extra="edited-" + interval))
-            if interval == "3600":  # no look for an hour: a worker says so, or serves the edit (its first look)
+            if (
+                interval == "3600"
+            ):  # no look for an hour: a worker says so, or serves the edit (its first look)
                 edited = hashlib.sha256(data.read_bytes()).hexdigest()
-                healths = [json.loads(get("127.0.0.1", port, "/healthz", token=None)[1]) for _ in range(20)]
-                assert all(health["stale"] or health["version"] == edited for health in healths), healths
+                healths = [
+                    json.loads(get("127.0.0.1", port, "/healthz", token=None)[1]) for _ in range(20)
+                ]
+                assert all(health["stale"] or health["version"] == edited for health in healths), (
+                    healths
+                )
             else:
                 eventually(lambda: everyone_serves(port, "edited-0.5"), timeout=5)
-                eventually(lambda: not any(json.loads(get("127.0.0.1", port, "/healthz", token=None)[1])["stale"]
-                                           for _ in range(10)), timeout=5)
+                eventually(
+                    lambda: (
+                        not any(
+                            json.loads(get("127.0.0.1", port, "/healthz", token=None)[1])["stale"]
+                            for _ in range(10)
+                        )
+                    ),
+                    timeout=5,
+                )
             master.terminate()
             master.wait(timeout=30)

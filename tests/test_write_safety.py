@@ -1,7 +1,7 @@
-"""Writes that no web page, no single request, no held lock and no hand edit can hurt: each case here broke
-the writes before its fix (a web page changing the file, a request that stalls every account, a lock that
-takes every worker, a hand edit lost, two writers sharing a temporary file, a write in another account,
-a bad body answered 500, an account taking another's room)."""
+"""Writes that no web page, no single request, no held lock and no hand edit can hurt: each case
+here broke the writes before its fix (a web page changing the file, a request that stalls every
+account, a lock that takes every worker, a hand edit lost, two writers sharing a temporary file,
+a write in another account, a bad body answered 500, an account taking another's room)."""
 
 import contextlib
 import fcntl
@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, cast
 
 import pytest
-from helpers import ALPHA_QUEUE, TOKEN_A, TOKEN_B, Response, accounts_document, call, serving, write_json
+from helpers import (
+    ALPHA_QUEUE,
+    TOKEN_A,
+    TOKEN_B,
+    Response,
+    accounts_document,
+    call,
+    serving,
+    write_json,
+)
 from test_writes import on_disk, send
 
 import app as service
@@ -29,32 +38,59 @@ def path(data_path: Path) -> Path:
 
 
 def writable(path: Path, **options: Any) -> Any:
-    return service.create_app(service.open_data(str(path), None, interval=3600, writable=True, **options),
-                              access_log=False)
+    return service.create_app(
+        service.open_data(str(path), None, interval=3600, writable=True, **options),
+        access_log=False,
+    )
 
 
 def error(response: Response) -> str:
     return str(response.json()["error"])
 
 
-# ---- 1. Browsers and DNS rebinding ----------------------------------------------------------------
-PAGE = [{"Origin": "https://evil.example"}, {"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"},
-        {"Sec-Fetch-Site": "same-site"}]
+# ---- 1. Browsers and DNS rebinding
+# ----------------------------------------------------------------
+PAGE = [
+    {"Origin": "https://evil.example"},
+    {"Origin": "null"},
+    {"Sec-Fetch-Site": "cross-site"},
+    {"Sec-Fetch-Site": "same-site"},
+]
 
 
 @pytest.mark.parametrize("headers", PAGE)
-@pytest.mark.parametrize("method, route, body", [
-    ("POST", "/v2/queues/emails/pause", None), ("POST", "/v2/queues", {"queueName": "x", "parallelism": 1}),
-    ("POST", "/v2/topics/orders/endpoints", {"endpoints": [{"name": "billing", "url": "https://attacker.example/"}]}),
-    ("DELETE", "/v2/queues/emails", None), ("GET", "/v2/queues", None), ("GET", "/v2/keys", None)])
-def test_a_web_page_can_neither_read_nor_write(path: Path, headers: Dict[str, str], method: str, route: str,
-                                               body: Any) -> None:
+@pytest.mark.parametrize(
+    "method, route, body",
+    [
+        ("POST", "/v2/queues/emails/pause", None),
+        ("POST", "/v2/queues", {"queueName": "x", "parallelism": 1}),
+        (
+            "POST",
+            "/v2/topics/orders/endpoints",
+            {"endpoints": [{"name": "billing", "url": "https://attacker.example/"}]},
+        ),
+        ("DELETE", "/v2/queues/emails", None),
+        ("GET", "/v2/queues", None),
+        ("GET", "/v2/keys", None),
+    ],
+)
+def test_a_web_page_can_neither_read_nor_write(
+    path: Path, headers: Dict[str, str], method: str, route: str, body: Any
+) -> None:
     before = path.read_bytes()
     data = json.dumps(body).encode() if body is not None else b""
-    response = call(writable(path), route, method=method, headers=dict(headers, Authorization="Bearer " + TOKEN_A),
-                    CONTENT_TYPE="text/plain", CONTENT_LENGTH=str(len(data)), **{"wsgi.input": __import__(
-                        "io").BytesIO(data)})
-    assert response.status == 403 and error(response).startswith("forbidden: this server takes no request from a web")
+    response = call(
+        writable(path),
+        route,
+        method=method,
+        headers=dict(headers, Authorization="Bearer " + TOKEN_A),
+        CONTENT_TYPE="text/plain",
+        CONTENT_LENGTH=str(len(data)),
+        **{"wsgi.input": __import__("io").BytesIO(data)},
+    )
+    assert response.status == 403 and error(response).startswith(
+        "forbidden: this server takes no request from a web"
+    )
     assert path.read_bytes() == before
 
 
@@ -64,19 +100,34 @@ def dev_file(tmp_path: Path) -> Path:
 
 
 def dev_app(path: Path, allowed: List[str] = ()) -> Any:  # type: ignore[assignment]
-    data = service.open_data(str(path), None, interval=3600, writable=True, fallback=service.DEV_TOKEN)
+    data = service.open_data(
+        str(path), None, interval=3600, writable=True, fallback=service.DEV_TOKEN
+    )
     return service.create_app(data, access_log=False, allowed_hosts=allowed)
 
 
-@pytest.mark.parametrize("host, allowed, status", [
-    ("rebind.evil.example:8080", [], 403), ("rebind.evil.example", [], 403), ("localhost.evil.example", [], 403),
-    ("qstash.internal:8080", ["qstash.internal"], 200), ("QStash.Internal", ["qstash.internal"], 200),
-    ("127.0.0.1:8080", [], 200), ("localhost:8080", [], 200), ("api.localhost", [], 200), ("[::1]:8080", [], 200),
-    ("10.0.3.7:8080", [], 200), (None, [], 200)])
-def test_the_dev_token_is_taken_only_from_a_name_no_dns_can_move(dev_file: Path, host: Optional[str],
-                                                                  allowed: List[str], status: int) -> None:
-    """DNS rebinding: a page at rebind.evil.example, resolved to 127.0.0.1, is same-origin and sends no Origin; the
-    published dev token is refused unless the Host is an IP address, localhost, or a name the operator allows."""
+@pytest.mark.parametrize(
+    "host, allowed, status",
+    [
+        ("rebind.evil.example:8080", [], 403),
+        ("rebind.evil.example", [], 403),
+        ("localhost.evil.example", [], 403),
+        ("qstash.internal:8080", ["qstash.internal"], 200),
+        ("QStash.Internal", ["qstash.internal"], 200),
+        ("127.0.0.1:8080", [], 200),
+        ("localhost:8080", [], 200),
+        ("api.localhost", [], 200),
+        ("[::1]:8080", [], 200),
+        ("10.0.3.7:8080", [], 200),
+        (None, [], 200),
+    ],
+)
+def test_the_dev_token_is_taken_only_from_a_name_no_dns_can_move(
+    dev_file: Path, host: Optional[str], allowed: List[str], status: int
+) -> None:
+    """DNS rebinding: a page at rebind.evil.example, resolved to 127.0.0.1, is same-origin and sends
+    no Origin; the published dev token is refused unless the Host is an IP address, localhost, or
+    a name the operator allows."""
     app = dev_app(dev_file, allowed)
     headers = {"Authorization": "Bearer " + service.DEV_TOKEN}
     environ = {} if host is None else {"HTTP_HOST": host}
@@ -89,14 +140,19 @@ def test_the_dev_token_is_taken_only_from_a_name_no_dns_can_move(dev_file: Path,
 
 
 def test_a_token_of_its_own_is_taken_whatever_the_host(path: Path) -> None:
-    response = call(writable(path), "/v2/queues", headers={"Authorization": "Bearer " + TOKEN_A},
-                    HTTP_HOST="qstash.team.example")
+    response = call(
+        writable(path),
+        "/v2/queues",
+        headers={"Authorization": "Bearer " + TOKEN_A},
+        HTTP_HOST="qstash.team.example",
+    )
     assert response.status == 200
 
 
-# ---- 2. A write costs what it touches --------------------------------------------------------------
+# ---- 2. A write costs what it touches
+# --------------------------------------------------------------
 class Counted(str):
-    """A string that counts its comparisons: a search through a group compares each name with each."""
+    """A string that counts its comparisons (a search compares each name with each)."""
 
     compared = 0
 
@@ -108,42 +164,70 @@ class Counted(str):
 
 
 def test_endpoints_are_matched_through_an_index_not_request_times_group() -> None:
-    group = store.UrlGroup(1, 2, "big", tuple(store.Endpoint(Counted("e%d" % i), "https://a.example/%d" % i)
-                                               for i in range(1000)))
+    group = store.UrlGroup(
+        1,
+        2,
+        "big",
+        tuple(store.Endpoint(Counted("e%d" % i), "https://a.example/%d" % i) for i in range(1000)),
+    )
     Counted.compared = 0
     gone: List[Dict[str, str]] = [{"name": Counted("x%d" % i)} for i in range(3000)]
     kept, _ = store.remove_endpoints(group, 3, gone + [{"name": "e5"}])
     assert isinstance(kept, store.UrlGroup) and len(kept.endpoints) == 999
-    added, _ = store.add_endpoints(group, 3, "big", [store.Endpoint(Counted("y%d" % i), "https://b/") for i in
-                                                     range(3000)])
+    added, _ = store.add_endpoints(
+        group, 3, "big", [store.Endpoint(Counted("y%d" % i), "https://b/") for i in range(3000)]
+    )
     assert isinstance(added, store.UrlGroup) and len(added.endpoints) == 4000
     assert Counted.compared < 20000  # request x group would be 3,000,000 (each a hash look-up here)
 
 
 def test_removing_matches_every_field_given_and_nothing_else() -> None:
-    group = store.UrlGroup(1, 2, "g", (store.Endpoint(None, "https://a/1"), store.Endpoint(None, "https://a/2"),
-                                       store.Endpoint("named", "https://a/3")))
-    kept, _ = store.remove_endpoints(group, 3, [{"url": "https://a/1"}])  # the unnamed one at that URL alone
+    group = store.UrlGroup(
+        1,
+        2,
+        "g",
+        (
+            store.Endpoint(None, "https://a/1"),
+            store.Endpoint(None, "https://a/2"),
+            store.Endpoint("named", "https://a/3"),
+        ),
+    )
+    kept, _ = store.remove_endpoints(
+        group, 3, [{"url": "https://a/1"}]
+    )  # the unnamed one at that URL alone
     assert [e.url for e in kept.endpoints] == ["https://a/2", "https://a/3"]  # type: ignore[union-attr]
-    assert store.remove_endpoints(group, 3, [{"name": "named", "url": "https://a/9"}]) == (group, "no endpoint matched")
+    assert store.remove_endpoints(group, 3, [{"name": "named", "url": "https://a/9"}]) == (
+        group,
+        "no endpoint matched",
+    )
     kept, _ = store.remove_endpoints(group, 3, [{"name": "named", "url": "https://a/3"}])
     assert [e.name for e in kept.endpoints] == [None, None]  # type: ignore[union-attr]
 
 
-# ---- 3. A held lock holds no worker for long ------------------------------------------------------
-def test_while_another_process_holds_the_lock_writes_get_503_and_reads_are_answered(tmp_path: Path) -> None:
-    """Eight writes at once against two threads: each gives up within LOCK_TIMEOUT with a 503 and Retry-After
-    (a client's 10 s timeout would end a write that waited its turn behind the others), and reads keep being
-    answered while the lock is held."""
+# ---- 3. A held lock holds no worker for long
+# ------------------------------------------------------
+def test_while_another_process_holds_the_lock_writes_get_503_and_reads_are_answered(
+    tmp_path: Path,
+) -> None:
+    """Eight writes at once against two threads: each gives up within LOCK_TIMEOUT with a 503 and
+    Retry-After (a client's 10 s timeout would end a write that waited its turn behind the
+    others), and reads keep being answered while the lock is held."""
     path = write_json(tmp_path / "data.json", accounts_document())
-    with serving(path, "--writable", "--quiet", "--threads", "2") as server, open(path, "rb") as held:
+    with (
+        serving(path, "--writable", "--quiet", "--threads", "2") as server,
+        open(path, "rb") as held,
+    ):
         fcntl.flock(held, fcntl.LOCK_EX)  # as another process would
         answers: List[Any] = []
 
         def upsert(i: int) -> None:
             conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
-            conn.request("POST", "/v2/queues", json.dumps({"queueName": "w%d" % i}),
-                         {"Authorization": "Bearer " + TOKEN_A})
+            conn.request(
+                "POST",
+                "/v2/queues",
+                json.dumps({"queueName": "w%d" % i}),
+                {"Authorization": "Bearer " + TOKEN_A},
+            )
             response = conn.getresponse()
             answers.append((response.status, response.getheader("Retry-After"), response.read()))
             conn.close()
@@ -159,9 +243,11 @@ def test_while_another_process_holds_the_lock_writes_get_503_and_reads_are_answe
     assert [q["name"] for q in on_disk(path)["accounts"][0]["queues"]] == ["emails"]
 
 
-# ---- 4. A hand edit is never lost ------------------------------------------------------------------
+# ---- 4. A hand edit is never lost
+# ------------------------------------------------------------------
 def edit_during_the_write(monkeypatch: Any, path: Path, edit: Any, times: int = 1) -> None:
-    """Have ``edit`` save the file (as an editor, taking no lock) once the writer has written its version aside."""
+    """Have ``edit`` save the file (as an editor, taking no lock) once the writer has written its
+    version aside."""
     real, done = os.fsync, cast(List[int], [])
 
     def fsync(fd: int) -> None:
@@ -174,8 +260,9 @@ def edit_during_the_write(monkeypatch: Any, path: Path, edit: Any, times: int = 
 
 
 @pytest.mark.parametrize("how", ["in place", "renamed"])
-def test_a_hand_edit_saved_during_a_write_is_kept_and_the_write_made_on_it(path: Path, monkeypatch: Any,
-                                                                          how: str) -> None:
+def test_a_hand_edit_saved_during_a_write_is_kept_and_the_write_made_on_it(
+    path: Path, monkeypatch: Any, how: str
+) -> None:
     app = writable(path)
     document = on_disk(path)
     document["accounts"][1]["queues"].append(dict(ALPHA_QUEUE, name="by-hand"))
@@ -194,7 +281,9 @@ def test_a_hand_edit_saved_during_a_write_is_kept_and_the_write_made_on_it(path:
     assert sorted(p.name for p in path.parent.iterdir()) == ["data.json"]
 
 
-def test_a_write_gives_up_on_a_file_saved_by_hand_during_each_of_its_attempts(path: Path, monkeypatch: Any) -> None:
+def test_a_write_gives_up_on_a_file_saved_by_hand_during_each_of_its_attempts(
+    path: Path, monkeypatch: Any
+) -> None:
     app = writable(path)
     document, saved = on_disk(path), cast(List[bytes], [])
 
@@ -204,10 +293,16 @@ def test_a_write_gives_up_on_a_file_saved_by_hand_during_each_of_its_attempts(pa
 
     edit_during_the_write(monkeypatch, path, edit, times=store.WRITE_ATTEMPTS)
     response = send(app, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 1})
-    assert response.status == 409 and path.read_bytes() == saved[-1] and len(saved) == store.WRITE_ATTEMPTS
+    assert (
+        response.status == 409
+        and path.read_bytes() == saved[-1]
+        and len(saved) == store.WRITE_ATTEMPTS
+    )
 
 
-def test_a_broken_hand_edit_saved_during_a_write_is_never_overwritten(path: Path, monkeypatch: Any) -> None:
+def test_a_broken_hand_edit_saved_during_a_write_is_never_overwritten(
+    path: Path, monkeypatch: Any
+) -> None:
     app = writable(path)
     broken = path.read_bytes()[:-40]  # half saved
     edit_during_the_write(monkeypatch, path, lambda: path.write_bytes(broken))
@@ -215,9 +310,11 @@ def test_a_broken_hand_edit_saved_during_a_write_is_never_overwritten(path: Path
     assert response.status == 409 and path.read_bytes() == broken
 
 
-# ---- 5. Each writer its own temporary file --------------------------------------------------------
-def test_nothing_at_a_fixed_name_blocks_a_write_and_each_write_has_its_own_temporary_file(path: Path,
-                                                                                         monkeypatch: Any) -> None:
+# ---- 5. Each writer its own temporary file
+# --------------------------------------------------------
+def test_nothing_at_a_fixed_name_blocks_a_write_and_each_write_has_its_own_temporary_file(
+    path: Path, monkeypatch: Any
+) -> None:
     (path.parent / ".data.json.qstash-lists-tmp").mkdir()  # the fixed name of old
     names: List[str] = []
     real = os.replace
@@ -231,17 +328,26 @@ def test_nothing_at_a_fixed_name_blocks_a_write_and_each_write_has_its_own_tempo
     for name in ("one", "two"):
         assert send(app, "POST", "/v2/queues", {"queueName": name, "parallelism": 1}).status == 200
     assert len(set(names)) == 2 and all(Path(name).parent == path.parent for name in names)
-    assert sorted(p.name for p in path.parent.iterdir()) == [".data.json.qstash-lists-tmp", "data.json"]
+    assert sorted(p.name for p in path.parent.iterdir()) == [
+        ".data.json.qstash-lists-tmp",
+        "data.json",
+    ]
 
 
-# ---- 6. A write goes to the token's own account, or nowhere ---------------------------------------
+# ---- 6. A write goes to the token's own account, or nowhere
+# ---------------------------------------
 @pytest.mark.parametrize("when", ["before the request", "while the write waits for the lock"])
-def test_a_write_to_a_file_swapped_for_another_goes_nowhere_but_its_own_account(tmp_path: Path, monkeypatch: Any,
-                                                                               when: str) -> None:
+def test_a_write_to_a_file_swapped_for_another_goes_nowhere_but_its_own_account(
+    tmp_path: Path, monkeypatch: Any, when: str
+) -> None:
     path = write_json(tmp_path / "data.json", {"accounts": [{"token": "tok-alice", "queues": []}]})
-    data = service.open_data(str(path), None, interval=3600, writable=True, fallback=service.DEV_TOKEN)
+    data = service.open_data(
+        str(path), None, interval=3600, writable=True, fallback=service.DEV_TOKEN
+    )
     app = service.create_app(data, access_log=False)
-    one = write_json(tmp_path / "one.json", {"queues": []})  # the dev token's account, once in service
+    one = write_json(
+        tmp_path / "one.json", {"queues": []}
+    )  # the dev token's account, once in service
     real = store._locked
 
     @contextlib.contextmanager
@@ -254,11 +360,15 @@ def test_a_write_to_a_file_swapped_for_another_goes_nowhere_but_its_own_account(
         os.replace(one, path)
     else:
         monkeypatch.setattr(store, "_locked", swapped)
-    response = send(app, "POST", "/v2/queues", {"queueName": "x", "parallelism": 1}, token="tok-alice")
+    response = send(
+        app, "POST", "/v2/queues", {"queueName": "x", "parallelism": 1}, token="tok-alice"
+    )
     assert response.status == 401 and on_disk(path) == {"queues": []}
 
 
-def test_a_write_waits_for_this_processes_other_writes_no_longer_than_for_anothers(path: Path) -> None:
+def test_a_write_waits_for_this_processes_other_writes_no_longer_than_for_anothers(
+    path: Path,
+) -> None:
     data = service.open_data(str(path), None, interval=3600, writable=True)
     app = service.create_app(data, access_log=False)
     with data._writing:  # another thread's write, stuck
@@ -266,15 +376,23 @@ def test_a_write_waits_for_this_processes_other_writes_no_longer_than_for_anothe
     assert (response.status, response.headers["Retry-After"]) == (503, "1")
 
 
-def test_a_write_taken_by_the_write_at_work_is_answered_with_it_even_past_the_lock_timeout(path: Path) -> None:
-    """A write that waited past LOCK_TIMEOUT gives up (503) only if no write at work took it; one that was taken is
-    written with that write, and answered as it is (never a 503 for a change that is made)."""
+def test_a_write_taken_by_the_write_at_work_is_answered_with_it_even_past_the_lock_timeout(
+    path: Path,
+) -> None:
+    """A write that waited past LOCK_TIMEOUT gives up (503) only if no write at work took it; one
+    that was taken is written with that write, and answered as it is (never a 503 for a change
+    that is made)."""
     data = service.open_data(str(path), None, interval=3600, writable=True)
     taken: List[List[Any]] = []
 
-    class AtWork:  # the write lock, held by a write at work that takes the waiting ones, then answers them
+    # the write lock, held by a write at work that takes the waiting ones, then answers them
+    class AtWork:
         def acquire(self, timeout: float = -1) -> bool:
-            if timeout >= 0:  # the wait with a bound: meanwhile the write at work takes the queue, and the bound passes
+            if (
+                timeout >= 0
+                # the wait with a bound: meanwhile the write at work takes the queue, and the bound
+                # passes
+            ):
                 taken.extend(data._queued.values())
                 data._queued.clear()
                 return False
@@ -287,53 +405,99 @@ def test_a_write_taken_by_the_write_at_work_is_answered_with_it_even_past_the_lo
 
     data._writing = AtWork()  # type: ignore[assignment]
     digest = hashlib.sha256(TOKEN_A.encode()).digest()
-    assert data.update(digest, "queues", "x", store.upsert_queue, "x", None, None) == "queue created"
+    assert (
+        data.update(digest, "queues", "x", store.upsert_queue, "x", None, None) == "queue created"
+    )
     assert len(taken) == 1
     data.close()
 
 
-# ---- 7. Every bad body is a 400 naming the field ---------------------------------------------------
-@pytest.mark.parametrize("body, message", [
-    (b'{"queueName": "q", "parallelism": NaN}', "parallelism: expected a whole number from 1 to 2**53 - 1 (1 if "
-                                                "left out), got NaN"),
-    (b'{"queueName": "q", "parallelism": Infinity}', "parallelism: expected a whole number from 1 to 2**53 - 1 (1 "
-                                                     "if left out), got Infinity"),
-    (b'{"queueName": "q", "parallelism": -Infinity}', "parallelism: expected a whole number from 1 to 2**53 - 1 "
-                                                      "(1 if left out), got -Infinity"),
-    (b'{"queueName": "q", "parallelism": 1e400}', "parallelism: expected a whole number from 1 to 2**53 - 1 (1 "
-                                                  "if left out), got Infinity"),
-    (b'{"queueName": "q", "paused": NaN}', "paused: expected true or false, got NaN"),
-    (b'{"queueName": "\\ud800"}', "queueName: expected a name of only letters, digits, '-', '.' and '_', at most "
-                                  "200 characters (--max-name), got \"\\ud800\""),
-    (b'{"queueName": "q", "paused": "\\udfff"}', "paused: expected true or false, got \"\\udfff\""),
-    (b'{"queueName": "decoy", "queueName": "emails", "parallelism": 1}', "queueName: given twice in one object"),
-    pytest.param(b'{"queueName": "q", "parallelism": 1' + b", \"x\": 1" * 3000 + b'}', "x: given twice in one object",
-                 id="a key given 3,000 times"),
-    (b'\xff\xfe{}', "the body is not UTF-8 JSON"),
-])
-def test_every_bad_upsert_body_is_a_400_naming_the_field(path: Path, body: bytes, message: str) -> None:
+# ---- 7. Every bad body is a 400 naming the field
+# ---------------------------------------------------
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            b'{"queueName": "q", "parallelism": NaN}',
+            "parallelism: expected a whole number from 1 to 2**53 - 1 (1 if left out), got NaN",
+        ),
+        (
+            b'{"queueName": "q", "parallelism": Infinity}',
+            "parallelism: expected a whole number from 1 to 2**53 - 1 (1 "
+            "if left out), got Infinity",
+        ),
+        (
+            b'{"queueName": "q", "parallelism": -Infinity}',
+            "parallelism: expected a whole number from 1 to 2**53 - 1 "
+            "(1 if left out), got -Infinity",
+        ),
+        (
+            b'{"queueName": "q", "parallelism": 1e400}',
+            "parallelism: expected a whole number from 1 to 2**53 - 1 (1 "
+            "if left out), got Infinity",
+        ),
+        (b'{"queueName": "q", "paused": NaN}', "paused: expected true or false, got NaN"),
+        (
+            b'{"queueName": "\\ud800"}',
+            "queueName: expected a name of only letters, digits, '-', '.' and '_', at most "
+            '200 characters (--max-name), got "\\ud800"',
+        ),
+        (
+            b'{"queueName": "q", "paused": "\\udfff"}',
+            'paused: expected true or false, got "\\udfff"',
+        ),
+        (
+            b'{"queueName": "decoy", "queueName": "emails", "parallelism": 1}',
+            "queueName: given twice in one object",
+        ),
+        pytest.param(
+            b'{"queueName": "q", "parallelism": 1' + b', "x": 1' * 3000 + b"}",
+            "x: given twice in one object",
+            id="a key given 3,000 times",
+        ),
+        (b"\xff\xfe{}", "the body is not UTF-8 JSON"),
+    ],
+)
+def test_every_bad_upsert_body_is_a_400_naming_the_field(
+    path: Path, body: bytes, message: str
+) -> None:
     before = path.read_bytes()
     response = send(writable(path), "POST", "/v2/queues", raw=body)
     assert (response.status, error(response)) == (400, "bad request: " + message)
     assert path.read_bytes() == before
 
 
-@pytest.mark.parametrize("body, message", [
-    (b'{"endpoints": NaN}', "endpoints: expected a non-empty array of endpoints, got NaN"),
-    (b'{"endpoints": [{"url": "https://a.example/\\ud800"}]}', "endpoints[0]: expected an object with an absolute "
-                                                              "http or https url, and a printable name if any"),
-    (b'{"endpoints": [{"url": "https://a/", "name": "\\ud800"}]}', "endpoints[0]: expected an object with an "
-                                                                  "absolute http or https url, and a printable name "
-                                                                  "if any"),
-    (b'{"endpoints": [{"url": "https://a/", "url": "https://b/"}]}', "url: given twice in one object"),
-])
-def test_every_bad_endpoints_body_is_a_400_naming_the_field(path: Path, body: bytes, message: str) -> None:
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (b'{"endpoints": NaN}', "endpoints: expected a non-empty array of endpoints, got NaN"),
+        (
+            b'{"endpoints": [{"url": "https://a.example/\\ud800"}]}',
+            "endpoints[0]: expected an object with an absolute "
+            "http or https url, and a printable name if any",
+        ),
+        (
+            b'{"endpoints": [{"url": "https://a/", "name": "\\ud800"}]}',
+            "endpoints[0]: expected an object with an "
+            "absolute http or https url, and a printable name "
+            "if any",
+        ),
+        (
+            b'{"endpoints": [{"url": "https://a/", "url": "https://b/"}]}',
+            "url: given twice in one object",
+        ),
+    ],
+)
+def test_every_bad_endpoints_body_is_a_400_naming_the_field(
+    path: Path, body: bytes, message: str
+) -> None:
     response = send(writable(path), "POST", "/v2/topics/orders/endpoints", raw=body)
     assert (response.status, error(response)) == (400, "bad request: " + message)
 
 
 def test_keys_given_twice_are_found_in_linear_time() -> None:
-    """3,000 keys given twice in one object, in a file or a body: one pass, not a count of each in all."""
+    """3,000 keys given twice in one object, in a file or a body: one pass, not a count of each in
+    all."""
     counted = {"n": 0}
 
     class Key(str):
@@ -350,33 +514,59 @@ def test_keys_given_twice_are_found_in_linear_time() -> None:
     assert counted["n"] < 30000
 
 
-# ---- 8. No account takes another's room; every name a write makes can be read and removed ---------
+# ---- 8. No account takes another's room; every name a write makes can be read and removed
+# ---------
 def test_limits_on_items_endpoints_and_names(path: Path) -> None:
     app = writable(path, limits=store.Limits(items=2, endpoints=3, name=10))
     assert send(app, "POST", "/v2/queues", {"queueName": "second"}).status == 200
     third = send(app, "POST", "/v2/queues", {"queueName": "third"})
-    assert (third.status, error(third)) == (412, "precondition failed: this account has 2 queues, the most a write "
-                                                 "may make (--max-items); nothing was written")
-    assert send(app, "POST", "/v2/queues", {"queueName": "second", "parallelism": 4}).status == 200  # an update
+    assert (third.status, error(third)) == (
+        412,
+        "precondition failed: this account has 2 queues, the most a write "
+        "may make (--max-items); nothing was written",
+    )
+    assert (
+        send(app, "POST", "/v2/queues", {"queueName": "second", "parallelism": 4}).status == 200
+    )  # an update
     four = {"endpoints": [{"url": "https://a.example/%d" % i} for i in range(4)]}
     assert send(app, "POST", "/v2/topics/g/endpoints", four).status == 412
-    assert send(app, "POST", "/v2/topics/orders/endpoints", {"endpoints": four["endpoints"][:1]}).status == 200
+    assert (
+        send(
+            app, "POST", "/v2/topics/orders/endpoints", {"endpoints": four["endpoints"][:1]}
+        ).status
+        == 200
+    )
     long = send(app, "POST", "/v2/queues", {"queueName": "q" * 11})
     assert long.status == 400 and "at most 10 characters (--max-name)" in error(long)
-    assert send(app, "POST", "/v2/topics/%s/endpoints" % ("g" * 11), {"endpoints": four["endpoints"][:1]}).status == 400
+    assert (
+        send(
+            app,
+            "POST",
+            "/v2/topics/%s/endpoints" % ("g" * 11),
+            {"endpoints": four["endpoints"][:1]},
+        ).status
+        == 400
+    )
 
 
 def test_one_account_cannot_take_the_room_of_another(tmp_path: Path) -> None:
-    """Under --max-size, each account has its share: one that fills its own gets 507, and another still writes."""
-    path = write_json(tmp_path / "data.json", {"accounts": [{"token": TOKEN_A}, {"token": TOKEN_B}]})
+    """Under --max-size, each account has its share: one that fills its own gets 507, and another
+    still writes."""
+    path = write_json(
+        tmp_path / "data.json", {"accounts": [{"token": TOKEN_A}, {"token": TOKEN_B}]}
+    )
     app = writable(path, max_size=8000)
-    statuses = [send(app, "POST", "/v2/queues", {"queueName": "q%03d" % i}).status for i in range(60)]
+    statuses = [
+        send(app, "POST", "/v2/queues", {"queueName": "q%03d" % i}).status for i in range(60)
+    ]
     assert statuses[0] == 200 and statuses[-1] == 507
     assert send(app, "POST", "/v2/queues", {"queueName": "mine"}, token=TOKEN_B).status == 200
     assert send(app, "DELETE", "/v2/queues/q000").status == 200  # shrinking is always allowed
 
 
-def test_the_default_name_limit_keeps_every_name_readable_and_deletable_by_its_url(tmp_path: Path) -> None:
+def test_the_default_name_limit_keeps_every_name_readable_and_deletable_by_its_url(
+    tmp_path: Path,
+) -> None:
     path = write_json(tmp_path / "data.json", accounts_document())
     name = "n" * store.Limits().name
     with serving(path, "--writable", "--quiet") as server:

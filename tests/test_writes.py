@@ -1,4 +1,5 @@
-"""--writable: QStash's writes of queues and URL groups, each saved to the data file whole before its 200."""
+"""--writable: QStash's writes of queues and URL groups, each saved to the data file whole before
+its 200."""
 
 import copy
 import hashlib
@@ -39,11 +40,21 @@ import app as service
 import store
 
 
-def send(app: Any, method: str, path: str, body: Any = None, token: str = TOKEN_A,
-         raw: Optional[bytes] = None) -> Response:
-    """One write as the SDKs send it: JSON with spaces after separators (Python's), or no body at all."""
+def send(
+    app: Any,
+    method: str,
+    path: str,
+    body: Any = None,
+    token: str = TOKEN_A,
+    raw: Optional[bytes] = None,
+) -> Response:
+    """One write as the SDKs send it: JSON with spaces after separators (Python's), or no body at
+    all."""
     data = raw if raw is not None else b"" if body is None else json.dumps(body).encode()
-    environ: Dict[str, Any] = {"wsgi.input": io.BytesIO(data), "CONTENT_LENGTH": str(len(data)) if data else ""}
+    environ: Dict[str, Any] = {
+        "wsgi.input": io.BytesIO(data),
+        "CONTENT_LENGTH": str(len(data)) if data else "",
+    }
     return call(app, path, method=method, headers=bearer(token), **environ)
 
 
@@ -54,7 +65,9 @@ def path(data_path: Path) -> Path:
 
 @pytest.fixture
 def writable(path: Path) -> Any:
-    return service.create_app(service.open_data(str(path), None, interval=3600, writable=True), access_log=False)
+    return service.create_app(
+        service.open_data(str(path), None, interval=3600, writable=True), access_log=False
+    )
 
 
 def on_disk(path: Path) -> Any:
@@ -62,34 +75,53 @@ def on_disk(path: Path) -> Any:
 
 
 def test_upsert_creates_then_updates_a_queue_keeping_created_at(writable: Any, path: Path) -> None:
-    created = send(writable, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 1, "paused": False})
+    created = send(
+        writable, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 1, "paused": False}
+    )
     assert created.status == 200 and created.headers["Cache-Control"] == "no-store"
     queue = created.json()
     assert queue == dict(queue, name="jobs", parallelism=1, lag=0, paused=False)
-    assert queue["createdAt"] == queue["updatedAt"] and abs(queue["createdAt"] / 1000 - __import__("time").time()) < 60
+    assert (
+        queue["createdAt"] == queue["updatedAt"]
+        and abs(queue["createdAt"] / 1000 - __import__("time").time()) < 60
+    )
     assert call(writable, "/v2/queues/jobs", headers=bearer(TOKEN_A)).json() == queue
-    updated = send(writable, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 2, "paused": True}).json()
+    updated = send(
+        writable, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 2, "paused": True}
+    ).json()
     assert updated["createdAt"] == queue["createdAt"] and updated["updatedAt"] >= queue["updatedAt"]
     assert (updated["parallelism"], updated["paused"]) == (2, True)
-    assert [q["name"] for q in call(writable, "/v2/queues", headers=bearer(TOKEN_A)).json()] == ["emails", "jobs"]
+    assert [q["name"] for q in call(writable, "/v2/queues", headers=bearer(TOKEN_A)).json()] == [
+        "emails",
+        "jobs",
+    ]
     assert on_disk(path)["accounts"][0]["queues"][1] == updated  # on disk before the 200
-    assert path.read_text().splitlines()[:2] == ['{"accounts": [', '{"token": "token-a",']  # a line a queue
+    assert path.read_text().splitlines()[:2] == [
+        '{"accounts": [',
+        '{"token": "token-a",',
+    ]  # a line a queue
 
 
 def test_an_upsert_without_paused_keeps_the_queues_and_the_writer_does_not_read_its_own_write_again(
-        writable: Any, caplog: Any) -> None:
+    writable: Any, caplog: Any
+) -> None:
     import logging
 
     with caplog.at_level(logging.INFO, "qstash_lists"):
         send(writable, "POST", "/v2/queues/emails/pause")
-        assert send(writable, "POST", "/v2/queues", {"queueName": "emails", "parallelism": 3}).json()["paused"]
-        assert call(writable, "/v2/queues/emails", headers=bearer(TOKEN_A)).json()["parallelism"] == 3
+        assert send(
+            writable, "POST", "/v2/queues", {"queueName": "emails", "parallelism": 3}
+        ).json()["paused"]
+        assert (
+            call(writable, "/v2/queues/emails", headers=bearer(TOKEN_A)).json()["parallelism"] == 3
+        )
     assert "reloaded" not in caplog.text  # its own version is in service already
 
 
-def test_a_writer_that_opened_a_version_replaced_before_its_lock_takes_the_new_one(path: Path,
-                                                                                     monkeypatch: Any) -> None:
-    """Another process renames a new version over the file between this writer's open and its lock."""
+def test_a_writer_that_opened_a_version_replaced_before_its_lock_takes_the_new_one(
+    path: Path, monkeypatch: Any
+) -> None:
+    """Another process renames a new version over the file between this open and its lock."""
     real, replaced = store._open, cast(List[int], [])
 
     def open_then_replaced(target: str) -> int:
@@ -110,29 +142,48 @@ def test_a_writer_that_opened_a_version_replaced_before_its_lock_takes_the_new_o
 def test_pause_resume_and_delete(writable: Any) -> None:
     assert send(writable, "POST", "/v2/queues/emails/pause").json()["paused"] is True
     assert call(writable, "/v2/queues/emails", headers=bearer(TOKEN_A)).json()["paused"] is True
-    assert send(writable, "POST", "/v2/queues/emails/pause").status == 200  # already paused: no effect
+    assert (
+        send(writable, "POST", "/v2/queues/emails/pause").status == 200
+    )  # already paused: no effect
     assert send(writable, "POST", "/v2/queues/emails/resume").json()["paused"] is False
-    assert send(writable, "POST", "/v2/queues/nothere/pause").json() == {"error": 'not found: no queue named "nothere"'}
-    assert (send(writable, "DELETE", "/v2/queues/emails").status, call(writable, headers=bearer(TOKEN_A)).json()) == (
-        200, [])
-    assert send(writable, "DELETE", "/v2/queues/emails").status == 200  # deleting what is not there: nothing to do
+    assert send(writable, "POST", "/v2/queues/nothere/pause").json() == {
+        "error": 'not found: no queue named "nothere"'
+    }
+    assert (
+        send(writable, "DELETE", "/v2/queues/emails").status,
+        call(writable, headers=bearer(TOKEN_A)).json(),
+    ) == (200, [])
+    assert (
+        send(writable, "DELETE", "/v2/queues/emails").status == 200
+    )  # deleting what is not there: nothing to do
     assert call(writable, "/v2/queues/emails", headers=bearer(TOKEN_A)).status == 404
 
 
-def test_endpoints_are_added_and_removed_and_the_last_one_takes_the_group(writable: Any, path: Path) -> None:
+def test_endpoints_are_added_and_removed_and_the_last_one_takes_the_group(
+    writable: Any, path: Path
+) -> None:
     one, two = {"url": "https://a.example/1"}, {"name": "second", "url": "https://a.example/2"}
     group = send(writable, "POST", "/v2/topics/fresh/endpoints", {"endpoints": [one, two]}).json()
     assert (group["name"], group["endpoints"]) == ("fresh", [one, two])
-    assert send(writable, "POST", "/v2/topics/fresh/endpoints", {"endpoints": [one]}).json()["endpoints"] == [one, two]
-    moved = {"name": "second", "url": "https://b.example/2"}  # a name replaces the endpoint of that name
-    assert send(writable, "POST", "/v2/topics/fresh/endpoints", {"endpoints": [moved]}).json()["endpoints"] == [
-        one, moved]
-    assert send(writable, "DELETE", "/v2/topics/fresh/endpoints", {"endpoints": [{"name": "second"}]}).json()[
-        "endpoints"] == [one]
+    assert send(writable, "POST", "/v2/topics/fresh/endpoints", {"endpoints": [one]}).json()[
+        "endpoints"
+    ] == [one, two]
+    moved = {
+        "name": "second",
+        "url": "https://b.example/2",
+    }  # a name replaces the endpoint of that name
+    assert send(writable, "POST", "/v2/topics/fresh/endpoints", {"endpoints": [moved]}).json()[
+        "endpoints"
+    ] == [one, moved]
+    assert send(
+        writable, "DELETE", "/v2/topics/fresh/endpoints", {"endpoints": [{"name": "second"}]}
+    ).json()["endpoints"] == [one]
     assert send(writable, "DELETE", "/v2/topics/fresh/endpoints", {"endpoints": [one]}).json() == {}
     assert call(writable, "/v2/topics/fresh", headers=bearer(TOKEN_A)).status == 404
     assert [g["name"] for g in on_disk(path)["accounts"][0]["urlGroups"]] == ["orders"]
-    assert send(writable, "DELETE", "/v2/topics/fresh/endpoints", {"endpoints": [one]}).status == 404
+    assert (
+        send(writable, "DELETE", "/v2/topics/fresh/endpoints", {"endpoints": [one]}).status == 404
+    )
     assert send(writable, "DELETE", "/v2/topics/orders").json() == {}
     assert send(writable, "DELETE", "/v2/topics/orders").status == 200
     assert call(writable, "/v2/topics", headers=bearer(TOKEN_A)).json() == []
@@ -140,12 +191,27 @@ def test_endpoints_are_added_and_removed_and_the_last_one_takes_the_group(writab
 
 def test_a_write_changes_the_tokens_own_account_and_nothing_else(writable: Any, path: Path) -> None:
     before = on_disk(path)
-    send(writable, "POST", "/v2/queues", {"queueName": "emails", "parallelism": 9, "paused": False}, token=TOKEN_B)
-    send(writable, "POST", "/v2/topics/orders/endpoints", {"endpoints": [{"url": "https://c.example/"}]},
-         token=TOKEN_C)  # an account given by its token's digest
+    send(
+        writable,
+        "POST",
+        "/v2/queues",
+        {"queueName": "emails", "parallelism": 9, "paused": False},
+        token=TOKEN_B,
+    )
+    send(
+        writable,
+        "POST",
+        "/v2/topics/orders/endpoints",
+        {"endpoints": [{"url": "https://c.example/"}]},
+        token=TOKEN_C,
+    )  # an account given by its token's digest
     after = on_disk(path)
-    assert after["accounts"][0]["queues"] == [served(q) for q in before["accounts"][0]["queues"]]  # A's untouched
-    assert after["accounts"][0]["urlGroups"] == [served(g) for g in before["accounts"][0]["urlGroups"]]
+    assert after["accounts"][0]["queues"] == [
+        served(q) for q in before["accounts"][0]["queues"]
+    ]  # A's untouched
+    assert after["accounts"][0]["urlGroups"] == [
+        served(g) for g in before["accounts"][0]["urlGroups"]
+    ]
     assert after["accounts"][0]["signingKeys"] == SIGNING_KEYS
     assert [q["name"] for q in after["accounts"][1]["queues"]] == ["reports", "emails"]
     assert after["accounts"][2]["tokenSha256"] == before["accounts"][2]["tokenSha256"]
@@ -158,38 +224,100 @@ BAD = [
     ("POST", "/v2/queues", b"[]", "bad request: the body is not a JSON object"),
     ("POST", "/v2/queues", b"", "bad request: the body is not UTF-8 JSON"),
     ("POST", "/v2/queues", b"[" * 30000 + b"]" * 30000, "bad request: the body is not UTF-8 JSON"),
-    ("POST", "/v2/queues", {"parallelism": 1}, "bad request: queueName: expected a name of only letters, digits, "
-                                               "'-', '.' and '_', at most 200 characters (--max-name), got nothing"),
-    ("POST", "/v2/queues", {"queueName": "a b", "parallelism": 1}, "bad request: queueName: expected a name of only "
-     "letters, digits, '-', '.' and '_', at most 200 characters (--max-name), got \"a b\""),
-    ("POST", "/v2/queues", {"queueName": "q" * 201, "parallelism": 1}, "bad request: queueName: expected a name of "
-     "only letters, digits, '-', '.' and '_', at most 200 characters (--max-name), got \"%s" % ("q" * 59)),
-    ("POST", "/v2/queues", {"queueName": "q", "parallelism": 0},
-     "bad request: parallelism: expected a whole number from 1 to 2**53 - 1 (1 if left out), got 0"),
-    ("POST", "/v2/queues", {"queueName": "q", "parallelism": "2"},
-     "bad request: parallelism: expected a whole number from 1 to 2**53 - 1 (1 if left out), got \"2\""),
-    ("POST", "/v2/queues", {"queueName": "q", "parallelism": 1, "paused": "yes"},
-     "bad request: paused: expected true or false, got \"yes\""),
-    ("POST", "/v2/topics/g/endpoints", {"endpoints": []},
-     "bad request: endpoints: expected a non-empty array of endpoints, got []"),
-    ("POST", "/v2/topics/g/endpoints", {"endpoint": [{"url": "https://a/"}]},
-     "bad request: endpoints: expected a non-empty array of endpoints, got nothing"),
-    ("POST", "/v2/topics/g/endpoints", {"endpoints": [{"name": "n"}]}, "bad request: endpoints[0]: expected an object "
-     "with an absolute http or https url, and a printable name if any"),
-    ("POST", "/v2/topics/g/endpoints", {"endpoints": [{"url": "ftp://a/"}]}, "bad request: endpoints[0]: expected an "
-     "object with an absolute http or https url, and a printable name if any"),
-    ("DELETE", "/v2/topics/orders/endpoints", {"endpoints": [{}]}, "bad request: endpoints[0]: expected an object "
-     "with an absolute http or https url, or a name, and a printable name if any"),
-    ("POST", "/v2/topics/a%20b/endpoints", {"endpoints": [{"url": "https://a/"}]},
-     "bad request: a URL group's name has only letters, digits, '-', '.' and '_'"),
-    ("DELETE", "/v2/queues/caf\xc3\xa9", None,
-     "bad request: a queue's name has only letters, digits, '-', '.' and '_'"),
+    (
+        "POST",
+        "/v2/queues",
+        {"parallelism": 1},
+        "bad request: queueName: expected a name of only letters, digits, "
+        "'-', '.' and '_', at most 200 characters (--max-name), got nothing",
+    ),
+    (
+        "POST",
+        "/v2/queues",
+        {"queueName": "a b", "parallelism": 1},
+        "bad request: queueName: expected a name of only "
+        "letters, digits, '-', '.' and '_', at most 200 characters (--max-name), got \"a b\"",
+    ),
+    (
+        "POST",
+        "/v2/queues",
+        {"queueName": "q" * 201, "parallelism": 1},
+        "bad request: queueName: expected a name of "
+        "only letters, digits, '-', '.' and '_', at most 200 characters (--max-name), got \"%s"
+        % ("q" * 59),
+    ),
+    (
+        "POST",
+        "/v2/queues",
+        {"queueName": "q", "parallelism": 0},
+        "bad request: parallelism: expected a whole number from 1 to 2**53 - 1 (1 if left out), "
+        "got 0",
+    ),
+    (
+        "POST",
+        "/v2/queues",
+        {"queueName": "q", "parallelism": "2"},
+        "bad request: parallelism: expected a whole number from 1 to 2**53 - 1 (1 if left out), "
+        'got "2"',
+    ),
+    (
+        "POST",
+        "/v2/queues",
+        {"queueName": "q", "parallelism": 1, "paused": "yes"},
+        'bad request: paused: expected true or false, got "yes"',
+    ),
+    (
+        "POST",
+        "/v2/topics/g/endpoints",
+        {"endpoints": []},
+        "bad request: endpoints: expected a non-empty array of endpoints, got []",
+    ),
+    (
+        "POST",
+        "/v2/topics/g/endpoints",
+        {"endpoint": [{"url": "https://a/"}]},
+        "bad request: endpoints: expected a non-empty array of endpoints, got nothing",
+    ),
+    (
+        "POST",
+        "/v2/topics/g/endpoints",
+        {"endpoints": [{"name": "n"}]},
+        "bad request: endpoints[0]: expected an object "
+        "with an absolute http or https url, and a printable name if any",
+    ),
+    (
+        "POST",
+        "/v2/topics/g/endpoints",
+        {"endpoints": [{"url": "ftp://a/"}]},
+        "bad request: endpoints[0]: expected an "
+        "object with an absolute http or https url, and a printable name if any",
+    ),
+    (
+        "DELETE",
+        "/v2/topics/orders/endpoints",
+        {"endpoints": [{}]},
+        "bad request: endpoints[0]: expected an object "
+        "with an absolute http or https url, or a name, and a printable name if any",
+    ),
+    (
+        "POST",
+        "/v2/topics/a%20b/endpoints",
+        {"endpoints": [{"url": "https://a/"}]},
+        "bad request: a URL group's name has only letters, digits, '-', '.' and '_'",
+    ),
+    (
+        "DELETE",
+        "/v2/queues/caf\xc3\xa9",
+        None,
+        "bad request: a queue's name has only letters, digits, '-', '.' and '_'",
+    ),
 ]
 
 
 @pytest.mark.parametrize("method, route, body, message", BAD)
-def test_bad_input_gets_a_400_naming_the_field_and_writes_nothing(writable: Any, path: Path, method: str, route: str,
-                                                                  body: Any, message: str) -> None:
+def test_bad_input_gets_a_400_naming_the_field_and_writes_nothing(
+    writable: Any, path: Path, method: str, route: str, body: Any, message: str
+) -> None:
     before = path.read_bytes()
     if isinstance(body, bytes):
         response = send(writable, method, route, raw=body)
@@ -202,9 +330,14 @@ def test_bad_input_gets_a_400_naming_the_field_and_writes_nothing(writable: Any,
 def test_a_message_is_escaped_once(writable: Any) -> None:
     """The SDK user reads the body as it is: a value outside the rule shows as written, in UTF-8."""
     response = send(writable, "POST", "/v2/queues", {"queueName": "ünï", "parallelism": 1})
-    message = "bad request: queueName: expected a name of %s, at most 200 characters (--max-name), got \"ünï\"" \
-        % store.NAME_RULE
-    assert response.body == json.dumps({"error": message}, ensure_ascii=False, separators=(",", ":")).encode()
+    message = (
+        "bad request: queueName: expected a name of %s, at most 200 characters (--max-name), got "
+        '"ünï"' % store.NAME_RULE
+    )
+    assert (
+        response.body
+        == json.dumps({"error": message}, ensure_ascii=False, separators=(",", ":")).encode()
+    )
 
 
 def test_a_body_over_the_limit_is_refused_unread(writable: Any, path: Path) -> None:
@@ -213,24 +346,40 @@ def test_a_body_over_the_limit_is_refused_unread(writable: Any, path: Path) -> N
     assert response.status == 413 and path.read_bytes() == before
 
 
-def test_a_write_after_a_bad_hand_edit_is_refused_and_the_file_kept(path: Path, caplog: Any) -> None:
-    app = service.create_app(service.open_data(str(path), None, interval=3600, writable=True), access_log=False)
-    path.write_text(path.read_text().replace('"lag": 0', '"lag": "0"'))  # the reloader has not looked yet
+def test_a_write_after_a_bad_hand_edit_is_refused_and_the_file_kept(
+    path: Path, caplog: Any
+) -> None:
+    app = service.create_app(
+        service.open_data(str(path), None, interval=3600, writable=True), access_log=False
+    )
+    path.write_text(
+        path.read_text().replace('"lag": 0', '"lag": "0"')
+    )  # the reloader has not looked yet
     edited = path.read_bytes()
-    response = send(app, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 1, "paused": False})
+    response = send(
+        app, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 1, "paused": False}
+    )
     assert response.status == 409
-    assert response.json()["error"].startswith("conflict: the data file on the server was edited and does not load")
+    assert response.json()["error"].startswith(
+        "conflict: the data file on the server was edited and does not load"
+    )
     assert path.read_bytes() == edited
     assert 'queues[0].lag: expected an integer from 0 to 2**53 - 1, got "0"' in caplog.text
 
 
 def test_a_write_that_would_pass_the_size_limit_is_refused(path: Path) -> None:
     limit = len(json.dumps(on_disk(path), indent=2)) + 60
-    app = service.create_app(service.open_data(str(path), None, interval=3600, writable=True, max_size=limit),
-                             access_log=False)
+    app = service.create_app(
+        service.open_data(str(path), None, interval=3600, writable=True, max_size=limit),
+        access_log=False,
+    )
     before = path.read_bytes()
-    response = send(app, "POST", "/v2/topics/big/endpoints", {"endpoints": [{"url": "https://a.example/%d" % i}
-                                                                            for i in range(10)]})
+    response = send(
+        app,
+        "POST",
+        "/v2/topics/big/endpoints",
+        {"endpoints": [{"url": "https://a.example/%d" % i} for i in range(10)]},
+    )
     assert response.status == 507 and path.read_bytes() == before
 
 
@@ -239,15 +388,22 @@ def test_mode_owner_and_symlink_are_kept(tmp_path: Path) -> None:
     os.chmod(target, 0o644)
     link = tmp_path / "data.json"
     link.symlink_to(target)
-    app = service.create_app(service.open_data(str(link), None, interval=3600, writable=True), access_log=False)
+    app = service.create_app(
+        service.open_data(str(link), None, interval=3600, writable=True), access_log=False
+    )
     send(app, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 1, "paused": False})
     assert link.is_symlink() and os.readlink(link) == str(target)
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
     assert [q["name"] for q in on_disk(target)["accounts"][0]["queues"]] == ["emails", "jobs"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.json", "real.json"]  # no temporary file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "data.json",
+        "real.json",
+    ]  # no temporary file left
 
 
-def test_an_interrupted_write_removes_its_temporary_file_and_keeps_the_old(tmp_path: Path, monkeypatch: Any) -> None:
+def test_an_interrupted_write_removes_its_temporary_file_and_keeps_the_old(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
     path = write_json(tmp_path / "data.json", accounts_document())
     before = path.read_bytes()
 
@@ -262,7 +418,9 @@ def test_an_interrupted_write_removes_its_temporary_file_and_keeps_the_old(tmp_p
 
 def test_the_one_account_form_is_written_in_place(tmp_path: Path) -> None:
     path = write_json(tmp_path / "one.json", {"queues": [ALPHA_QUEUE]})
-    app = service.create_app(service.open_data(str(path), "t", interval=3600, writable=True), access_log=False)
+    app = service.create_app(
+        service.open_data(str(path), "t", interval=3600, writable=True), access_log=False
+    )
     assert send(app, "DELETE", "/v2/queues/emails", token="t").status == 200
     assert on_disk(path) == {"urlGroups": [], "queues": []}
 
@@ -276,7 +434,9 @@ def test_a_write_is_logged_with_what_it_did(writable: Any, caplog: Any, path: Pa
         send(app, "DELETE", "/v2/queues/none")
     lines = [record.getMessage() for record in caplog.records]
     assert lines[0].startswith('- "POST /v2/queues" 200 ') and lines[0].endswith(" (queue created)")
-    assert lines[1].startswith('- "DELETE /v2/queues/none" 200 ') and lines[1].endswith(" (not there)")
+    assert lines[1].startswith('- "DELETE /v2/queues/none" 200 ') and lines[1].endswith(
+        " (not there)"
+    )
     assert TOKEN_A not in caplog.text
 
 
@@ -289,8 +449,12 @@ def _upserts(url: str, names: List[str], token: str = TOKEN_A) -> List[int]:
     conn = http.client.HTTPConnection(str(host.hostname), host.port, timeout=30)
     for name in names:
         body = json.dumps({"queueName": name, "parallelism": 1, "paused": False})
-        conn.request("POST", "/v2/queues", body, {"Authorization": "Bearer " + token,
-                                                  "Content-Type": "application/json"})
+        conn.request(
+            "POST",
+            "/v2/queues",
+            body,
+            {"Authorization": "Bearer " + token, "Content-Type": "application/json"},
+        )
         response = conn.getresponse()
         response.read()
         statuses.append(response.status)
@@ -300,10 +464,13 @@ def _upserts(url: str, names: List[str], token: str = TOKEN_A) -> List[int]:
 
 @contextmanager
 def writers(how: str, path: Path) -> Iterator[List[str]]:
-    """The URLs of two processes that write one file: two replicas (python app.py), or one documented
-    gunicorn or uWSGI recipe's two processes behind one port."""
+    """The URLs of two processes that write one file: two replicas (python app.py), or one
+    documented gunicorn or uWSGI recipe's two processes behind one port."""
     if how == "replicas":
-        with serving(path, "--writable", "--quiet") as one, serving(path, "--writable", "--quiet") as two:
+        with (
+            serving(path, "--writable", "--quiet") as one,
+            serving(path, "--writable", "--quiet") as two,
+        ):
             yield [one.url, two.url]
         return
     from test_hostile import deploy_command, wait_until_answered
@@ -312,24 +479,35 @@ def writers(how: str, path: Path) -> Iterator[List[str]]:
     if how == "uwsgi" and UWSGI is None:
         pytest.skip("no uwsgi")
     port = free_port()
-    command = [UWSGI or ""] + deploy_command(how, port)[1:] if how == "uwsgi" else [
-        sys.executable, "-m"] + deploy_command(how, port)
+    command = (
+        [UWSGI or ""] + deploy_command(how, port)[1:]
+        if how == "uwsgi"
+        else [sys.executable, "-m"] + deploy_command(how, port)
+    )
     env = {"QSTASH_LISTS_DATA": str(path), "QSTASH_LISTS_WRITABLE": "1", "PYTHONPATH": str(ROOT)}
-    with started(command, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(path.parent)):
+    with started(
+        command, env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=str(path.parent)
+    ):
         wait_until_answered(port)
         yield ["http://127.0.0.1:%d" % port] * 2
 
 
 @pytest.mark.parametrize("how", ["replicas", "gunicorn", "uwsgi"])
-def test_200_upserts_from_8_clients_through_two_processes_all_land(tmp_path: Path, how: str) -> None:
-    """Two processes on one file, eight clients, 200 upserts: every one is in the file and in the next
-    list from either process (a write in one is seen by the next read in the other)."""
+def test_200_upserts_from_8_clients_through_two_processes_all_land(
+    tmp_path: Path, how: str
+) -> None:
+    """Two processes on one file, eight clients, 200 upserts: every one is in the file and in the
+    next list from either process (a write in one is seen by the next read in the other)."""
     path = write_json(tmp_path / "data.json", accounts_document())
     with writers(how, path) as urls:
         results: Dict[int, List[int]] = {}
         names = ["q%03d" % i for i in range(200)]
-        threads = [threading.Thread(target=lambda i=i: results.__setitem__(
-            i, _upserts(urls[i % 2], names[i::8]))) for i in range(8)]
+        threads = [
+            threading.Thread(
+                target=lambda i=i: results.__setitem__(i, _upserts(urls[i % 2], names[i::8]))
+            )
+            for i in range(8)
+        ]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -340,8 +518,13 @@ def test_200_upserts_from_8_clients_through_two_processes_all_land(tmp_path: Pat
             listed = json.loads(_get(url, "/v2/queues"))
             assert sorted(q["name"] for q in listed) == expected
     assert sorted(q["name"] for q in on_disk(path)["accounts"][0]["queues"]) == expected
-    others = [store.load(str(path), None), store.parse(json.dumps(accounts_document()).encode(), "", None)]
-    assert [account.lines for account in others[0].accounts[1:]] == [a.lines for a in others[1].accounts[1:]]
+    others = [
+        store.load(str(path), None),
+        store.parse(json.dumps(accounts_document()).encode(), "", None),
+    ]
+    assert [account.lines for account in others[0].accounts[1:]] == [
+        a.lines for a in others[1].accounts[1:]
+    ]
 
 
 def _get(url: str, path: str) -> bytes:
@@ -364,18 +547,25 @@ def test_a_sigkilled_writer_leaves_the_old_file_or_the_new_never_half(tmp_path: 
     import time
 
     path = write_json(tmp_path / "data.json", accounts_document())
-    script = ("import app, io, json, sys\n"
-              "data = app.open_data(sys.argv[1], None, interval=3600, writable=True)\n"
-              "wsgi = app.create_app(data, access_log=False)\n"
-              "for i in range(100000):\n"
-              "    body = json.dumps({'queueName': 'k%d' % i, 'parallelism': 1}).encode()\n"
-              "    env = {'REQUEST_METHOD': 'POST', 'PATH_INFO': '/v2/queues', 'CONTENT_LENGTH': str(len(body)),\n"
-              "           'wsgi.input': io.BytesIO(body), 'HTTP_AUTHORIZATION': 'Bearer token-a'}\n"
-              "    wsgi(env, lambda *a: None)\n"
-              "    print(i, flush=True)\n")
+    script = (
+        "import app, io, json, sys\n"
+        "data = app.open_data(sys.argv[1], None, interval=3600, writable=True)\n"
+        "wsgi = app.create_app(data, access_log=False)\n"
+        "for i in range(100000):\n"
+        "    body = json.dumps({'queueName': 'k%d' % i, 'parallelism': 1}).encode()\n"
+        "    env = {'REQUEST_METHOD': 'POST', 'PATH_INFO': '/v2/queues', 'CONTENT_LENGTH': "
+        "str(len(body)),\n"
+        "           'wsgi.input': io.BytesIO(body), 'HTTP_AUTHORIZATION': 'Bearer token-a'}\n"
+        "    wsgi(env, lambda *a: None)\n"
+        "    print(i, flush=True)\n"
+    )
     for delay in (0.3, 0.5, 0.7):
-        proc = subprocess.Popen([sys.executable, "-c", script, str(path)], cwd=str(Path(__file__).parent.parent),
-                                stdout=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script, str(path)],
+            cwd=str(Path(__file__).parent.parent),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert proc.stdout is not None
         proc.stdout.readline()  # writing
         time.sleep(delay)
@@ -391,8 +581,13 @@ def test_a_sigkilled_writer_leaves_the_old_file_or_the_new_never_half(tmp_path: 
 def test_read_only_refuses_every_write_and_changes_nothing(data_path: Path) -> None:
     app = service.create_app(service.open_data(str(data_path), None), access_log=False)
     before = data_path.read_bytes()
-    for method, route in (("POST", "/v2/queues"), ("DELETE", "/v2/queues/emails"), ("POST", "/v2/queues/emails/pause"),
-                          ("POST", "/v2/topics/orders/endpoints"), ("DELETE", "/v2/topics/orders")):
+    for method, route in (
+        ("POST", "/v2/queues"),
+        ("DELETE", "/v2/queues/emails"),
+        ("POST", "/v2/queues/emails/pause"),
+        ("POST", "/v2/topics/orders/endpoints"),
+        ("DELETE", "/v2/topics/orders"),
+    ):
         response = send(app, method, route, {"queueName": "x", "parallelism": 1})
         assert response.status == 405 and "--writable" in response.json()["error"]
     assert data_path.read_bytes() == before
@@ -410,9 +605,10 @@ def test_the_writable_setting(tmp_path: Path, monkeypatch: Any) -> None:
 
 
 def test_another_process_reads_a_write_parsing_only_the_account_it_changed(tmp_path: Path) -> None:
-    """Two DataFiles on one file, as two processes: the second builds the first's version from its own accounts for
-    each one the write did not change (the same objects), and parses only the one it changed; a read of an account
-    that did not change loads nothing; a version in a hand edit's layout is parsed whole, to the same."""
+    """Two DataFiles on one file, as two processes: the second builds the first's version from its
+    own accounts for each one the write did not change (the same objects), and parses only the
+    one it changed; a read of an account that did not change loads nothing; a version in a hand
+    edit's layout is parsed whole, to the same."""
     path = write_json(tmp_path / "data.json", accounts_document())
     writer = service.open_data(str(path), None, interval=3600, writable=True)
     reader = service.open_data(str(path), None, interval=3600, writable=True)
@@ -420,45 +616,88 @@ def test_another_process_reads_a_write_parsing_only_the_account_it_changed(tmp_p
     for name, parallelism in (("q10", 5), ("new", 1), ("q10", 6)):
         before = reader.current()
         writer.update(digest, "queues", name, store.upsert_queue, name, parallelism, None)
-        assert reader.current(TOKEN_A.encode()) is before  # account A is as it was: nothing loaded for it
+        assert (
+            reader.current(TOKEN_A.encode()) is before
+        )  # account A is as it was: nothing loaded for it
         after = reader.current(TOKEN_B.encode())
-        assert before is not None and after is not None and after.accounts[1].queues[name].parallelism == parallelism
+        assert (
+            before is not None
+            and after is not None
+            and after.accounts[1].queues[name].parallelism == parallelism
+        )
         assert [a is b for a, b in zip(before.accounts, after.accounts)] == [True, False, True]
         encoded = cast(Any, store.Account.lines).func(after.accounts[1])
-        assert vars(after.accounts[1])["lines"] == encoded  # its bytes taken from the file, not encoded again
+        assert (
+            vars(after.accounts[1])["lines"] == encoded
+        )  # its bytes taken from the file, not encoded again
     # The reader writes too: a delete and an upsert, seen by the writer.
     assert reader.update(digest, "queues", "new", store.delete_item) == "deleted"
-    assert reader.update(digest, "queues", "q10", store.upsert_queue, "q10", 9, True) == "queue updated"
+    assert (
+        reader.update(digest, "queues", "q10", store.upsert_queue, "q10", 9, True)
+        == "queue updated"
+    )
     seen = writer.current()
-    assert seen is not None and "new" not in seen.accounts[1].queues and seen.accounts[1].queues["q10"].paused
+    assert (
+        seen is not None
+        and "new" not in seen.accounts[1].queues
+        and seen.accounts[1].queues["q10"].paused
+    )
     loaded, last = store.load(str(path), None), reader.current()
-    assert last is not None and [a.lines for a in loaded.accounts] == [a.lines for a in last.accounts]
+    assert last is not None and [a.lines for a in loaded.accounts] == [
+        a.lines for a in last.accounts
+    ]
     path.write_text(json.dumps(on_disk(path), indent=4))  # a hand edit, in another layout
     edited = reader.current(TOKEN_A.encode())
-    assert edited is not None and edited is not last and [a.lines for a in edited.accounts] == [
-        a.lines for a in loaded.accounts]
+    assert (
+        edited is not None
+        and edited is not last
+        and [a.lines for a in edited.accounts] == [a.lines for a in loaded.accounts]
+    )
     writer.close()
     reader.close()
 
 
 def test_an_upsert_without_parallelism_makes_it_1_and_keeps_a_queues_own(writable: Any) -> None:
-    """QStash's document gives parallelism a default of 1: a new queue gets it, one that is there keeps its own."""
+    """QStash's document gives parallelism a default of 1: a new queue gets it, one that is there
+    keeps its own."""
     assert send(writable, "POST", "/v2/queues", {"queueName": "fresh"}).json()["parallelism"] == 1
-    assert send(writable, "POST", "/v2/queues", {"queueName": "emails", "paused": True}).json()["parallelism"] == 2
-    assert send(writable, "POST", "/v2/queues", {"queueName": "emails", "parallelism": None}).json()["parallelism"] == 2
+    assert (
+        send(writable, "POST", "/v2/queues", {"queueName": "emails", "paused": True}).json()[
+            "parallelism"
+        ]
+        == 2
+    )
+    assert (
+        send(writable, "POST", "/v2/queues", {"queueName": "emails", "parallelism": None}).json()[
+            "parallelism"
+        ]
+        == 2
+    )
 
 
-def test_a_hand_edit_that_repeats_a_known_account_is_refused_by_the_process_that_knew_it(tmp_path: Path) -> None:
-    """The accounts another process knows stand for themselves without being read again, but a token given twice is
-    still a fault: the file is refused whole and the last good version stays."""
+def test_a_hand_edit_that_repeats_a_known_account_is_refused_by_the_process_that_knew_it(
+    tmp_path: Path,
+) -> None:
+    """The accounts another process knows stand for themselves without being read again, but a token
+    given twice is still a fault: the file is refused whole and the last good version stays."""
     path = write_json(tmp_path / "data.json", accounts_document())
     writer = service.open_data(str(path), None, interval=3600, writable=True)
     reader = service.open_data(str(path), None, interval=3600, writable=True)
-    writer.update(hashlib.sha256(TOKEN_B.encode()).digest(), "queues", "q01", store.upsert_queue, "q01", 5, None)
+    writer.update(
+        hashlib.sha256(TOKEN_B.encode()).digest(),
+        "queues",
+        "q01",
+        store.upsert_queue,
+        "q01",
+        5,
+        None,
+    )
     before = reader.current()  # the file is in the writer's form now
     assert before is not None and before.accounts[1].queues["q01"].parallelism == 5
     first = before.accounts[0].lines + b",\n"
-    path.write_bytes(path.read_bytes().replace(first, first * 2))  # account A twice, each byte for byte as known
+    path.write_bytes(
+        path.read_bytes().replace(first, first * 2)
+    )  # account A twice, each byte for byte as known
     assert reader.current() is before and reader.status().failed_at is not None
     with pytest.raises(store.DataError) as info:
         store.load(str(path), None)
@@ -468,15 +707,19 @@ def test_a_hand_edit_that_repeats_a_known_account_is_refused_by_the_process_that
 
 
 def test_writes_that_come_while_one_is_written_go_in_one_version_each_with_its_own_answer(
-        tmp_path: Path, monkeypatch: Any) -> None:
-    """Group commit: the writes that wait for this process's write at work are then made together, in one version of
-    the file (one rename, one fsync), each answered for itself: one for an account not there is refused alone."""
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Group commit: the writes that wait for this process's write at work are then made together,
+    in one version of the file (one rename, one fsync), each answered for itself: one for an
+    account not there is refused alone."""
     path = write_json(tmp_path / "data.json", accounts_document())
     data = service.open_data(str(path), None, interval=3600, writable=True)
     go, refresh, rename = threading.Event(), data.refresh, os.replace
     renames: List[Any] = []
     looks: List[int] = []
-    monkeypatch.setattr(store, "LOCK_TIMEOUT", 600)  # the others wait for the first however slow the machine
+    monkeypatch.setattr(
+        store, "LOCK_TIMEOUT", 600
+    )  # the others wait for the first however slow the machine
 
     def held() -> bool:  # the first write's look at the file, held: the others wait meanwhile
         looks.append(1)
@@ -488,14 +731,23 @@ def test_writes_that_come_while_one_is_written_go_in_one_version_each_with_its_o
 
     def upsert(name: str, token: str = TOKEN_B) -> None:
         try:
-            answers[name] = data.update(hashlib.sha256(token.encode()).digest(), "queues", name, store.upsert_queue,
-                                        name, None, None)
+            answers[name] = data.update(
+                hashlib.sha256(token.encode()).digest(),
+                "queues",
+                name,
+                store.upsert_queue,
+                name,
+                None,
+                None,
+            )
         except LookupError:
             answers[name] = "no such account"
 
     threads = [threading.Thread(target=upsert, args=("first",))]
     threads[0].start()
-    eventually(lambda: data._writing.locked() and not data._queued)  # the first is at work, and took its own
+    eventually(
+        lambda: data._writing.locked() and not data._queued
+    )  # the first is at work, and took its own
     threads += [threading.Thread(target=upsert, args=("q%d" % i,)) for i in range(5)]
     threads.append(threading.Thread(target=upsert, args=("lost", "not-a-token")))
     for thread in threads[1:]:
@@ -504,10 +756,20 @@ def test_writes_that_come_while_one_is_written_go_in_one_version_each_with_its_o
     go.set()
     for thread in threads:
         thread.join()
-    assert answers == dict({name: "queue created" for name in ["first", "q0", "q1", "q2", "q3", "q4"]},
-                           lost="no such account")
+    assert answers == dict(
+        {name: "queue created" for name in ["first", "q0", "q1", "q2", "q3", "q4"]},
+        lost="no such account",
+    )
     assert len(renames) == 2  # the first write's version, then one for the five that waited
-    assert len(looks) == 2  # and a write that another made is answered without taking the lock again
+    assert (
+        len(looks) == 2
+    )  # and a write that another made is answered without taking the lock again
     names = [queue["name"] for queue in on_disk(path)["accounts"][1]["queues"]]
-    assert names[1] == "first" and sorted(names[2:]) == ["q0", "q1", "q2", "q3", "q4"]  # in the order they came
+    assert names[1] == "first" and sorted(names[2:]) == [
+        "q0",
+        "q1",
+        "q2",
+        "q3",
+        "q4",
+    ]  # in the order they came
     data.close()

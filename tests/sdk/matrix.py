@@ -30,17 +30,36 @@ sys.path.insert(0, str(HERE.parent))  # tests/, for helpers
 
 from helpers import ALPHA_GROUP, ALPHA_QUEUE, ROOT, SIGNING_KEYS, TOKEN_A, serving, write_json  # noqa: E402
 
-#: The releases checked: the last patch of each minor line (``--latest`` says when this falls behind).
+# : The releases checked: the last patch of each minor line (``--latest`` says when this falls
+# behind).
 RELEASES = {
-    "js": ["2.0.0", "2.1.11", "2.2.0", "2.3.1", "2.4.3", "2.5.5", "2.6.5", "2.7.23", "2.8.4", "2.9.1", "2.10.1",
-           "2.11.3", "2.12.0"],
+    "js": [
+        "2.0.0",
+        "2.1.11",
+        "2.2.0",
+        "2.3.1",
+        "2.4.3",
+        "2.5.5",
+        "2.6.5",
+        "2.7.23",
+        "2.8.4",
+        "2.9.1",
+        "2.10.1",
+        "2.11.3",
+        "2.12.0",
+    ],
     "python": ["2.0.5", "3.0.0", "3.2.0", "3.4.0"],
 }
 #: Releases that cannot work against this server, and why (from the release's own source).
 KNOWN: Dict[Tuple[str, str], str] = {}
 SCRATCH = ROOT / ".ci-sdk" / "matrix"
 GROUP, QUEUE, MISSING = str(ALPHA_GROUP["name"]), str(ALPHA_QUEUE["name"]), "no-such-name"
-NOUNS = {"topics": "URL group", "urlGroups": "URL group", "url_group": "URL group", "queue": "queue"}
+NOUNS = {
+    "topics": "URL group",
+    "urlGroups": "URL group",
+    "url_group": "URL group",
+    "queue": "queue",
+}
 
 
 def install(language: str, version: str) -> Path:
@@ -50,13 +69,37 @@ def install(language: str, version: str) -> Path:
         modules = folder / "node_modules"
         if not (modules / "@upstash" / "qstash" / "package.json").exists():
             folder.mkdir(parents=True, exist_ok=True)
-            (folder / "package.json").write_text('{"private": true}\n')  # so npm installs here, not above
-            quiet(["npm", "install", "--silent", "--no-audit", "--no-fund", "--no-save", "@upstash/qstash@" + version],
-                  folder)
+            (folder / "package.json").write_text(
+                '{"private": true}\n'
+            )  # so npm installs here, not above
+            quiet(
+                [
+                    "npm",
+                    "install",
+                    "--silent",
+                    "--no-audit",
+                    "--no-fund",
+                    "--no-save",
+                    "@upstash/qstash@" + version,
+                ],
+                folder,
+            )
         return modules
     if not (folder / "qstash").is_dir():
-        quiet([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--target", str(folder),
-               "qstash==" + version], ROOT)
+        quiet(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "--target",
+                str(folder),
+                "qstash==" + version,
+            ],
+            ROOT,
+        )
     return folder
 
 
@@ -69,15 +112,23 @@ def quiet(command: List[str], cwd: Path) -> None:
 
 def latest() -> Dict[str, List[str]]:
     """The last patch of every minor line each registry has now (JS from 2.0 on)."""
-    npm = json.loads(subprocess.run(["npm", "view", "@upstash/qstash", "versions", "--json"], check=True,
-                                    capture_output=True, text=True).stdout)
+    npm = json.loads(
+        subprocess.run(
+            ["npm", "view", "@upstash/qstash", "versions", "--json"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )
     with urllib.request.urlopen("https://pypi.org/pypi/qstash/json", timeout=30) as answer:
         pypi = list(json.load(answer)["releases"])
     found = {}
     for language, versions in (("js", npm), ("python", pypi)):
         lines: Dict[Tuple[int, int], Tuple[int, ...]] = {}
         for version in versions:
-            if re.fullmatch(r"\d+\.\d+\.\d+", version) and (language == "python" or int(version.split(".")[0]) >= 2):
+            if re.fullmatch(r"\d+\.\d+\.\d+", version) and (
+                language == "python" or int(version.split(".")[0]) >= 2
+            ):
                 parts = tuple(int(p) for p in version.split("."))
                 key = (parts[0], parts[1])
                 lines[key] = max(lines.get(key, parts), parts)
@@ -89,12 +140,16 @@ def latest() -> Dict[str, List[str]]:
 
 
 def snake(value: Any) -> Any:
-    """``value`` as the Python SDK's dataclasses hold it: snake_case names, no name where there is none."""
+    """``value`` as the Python SDK's dataclasses hold it: snake_case names, no name where there is
+    none."""
     if isinstance(value, list):
         return [snake(item) for item in value]
     if isinstance(value, dict):
-        return {re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), key): snake(item)
-                for key, item in value.items() if item is not None}
+        return {
+            re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), key): snake(item)
+            for key, item in value.items()
+            if item is not None
+        }
     return value
 
 
@@ -111,15 +166,26 @@ def expected(call: str, python: bool) -> Any:
 def declarations(modules: Path) -> str:
     """The TypeScript declarations a JS release ships."""
     package = modules / "@upstash" / "qstash"
-    return "\n".join(path.read_text() for path in sorted(package.glob("*.d.ts")) + sorted(package.glob("dist/*.d.ts")))
+    return "\n".join(
+        path.read_text()
+        for path in sorted(package.glob("*.d.ts")) + sorted(package.glob("dist/*.d.ts"))
+    )
 
 
 def returned_type(text: str, call: str) -> Optional[str]:
-    """The type a JS call's promise resolves to, by the release's declarations: "Topic[]", "QueueResponse"."""
+    """The type a JS call's promise resolves to, by the release's declarations: "Topic[]",
+    "QueueResponse"."""
     kind, method = call.replace("dev mode: ", "").replace(" missing", "").split(".")
-    owners = {"topics": ["Topics", "UrlGroups"], "urlGroups": ["UrlGroups"], "queue()": ["Queue"]}[kind]
-    found = next(filter(None, (re.search(r"declare class %s \{(.*?)\n\}" % owner, text, re.S)
-                               for owner in owners)), None)  # topics is urlGroups under its old name from 2.6
+    owners = {"topics": ["Topics", "UrlGroups"], "urlGroups": ["UrlGroups"], "queue()": ["Queue"]}[
+        kind
+    ]
+    found = next(
+        filter(
+            None,
+            (re.search(r"declare class %s \{(.*?)\n\}" % owner, text, re.S) for owner in owners),
+        ),
+        None,
+    )  # topics is urlGroups under its old name from 2.6
     if not found:
         return None
     signature = re.search(r"\b%s\([^)]*\): Promise<([\w\[\]]+)>" % method, found.group(1))
@@ -132,12 +198,14 @@ def fields(text: str, name: str) -> Optional[List[Tuple[str, bool, str]]]:
     if not block:
         return None
     body = re.sub(r"/\*.*?\*/", "", block.group(1), flags=re.S)
-    return [(m.group(1), m.group(2) == "?", m.group(3).strip()) for m in
-            re.finditer(r"^\s{4}(\w+)(\??): ([^;]+);", body, re.M)]
+    return [
+        (m.group(1), m.group(2) == "?", m.group(3).strip())
+        for m in re.finditer(r"^\s{4}(\w+)(\??): ([^;]+);", body, re.M)
+    ]
 
 
 def type_problems(value: Any, declared: str, text: str, where: str) -> Iterator[str]:
-    """Where ``value`` does not match the TypeScript type ``declared``, as the release declares it."""
+    """Where ``value`` does not match the TypeScript type ``declared`` (the release's)."""
     if declared.endswith("[]"):
         if not isinstance(value, list):
             yield "%s: not an array" % where
@@ -147,7 +215,9 @@ def type_problems(value: Any, declared: str, text: str, where: str) -> Iterator[
         return
     simple = {"number": (int, float), "string": (str,), "boolean": (bool,)}
     if declared in simple:
-        if not isinstance(value, simple[declared]) or (declared == "number" and isinstance(value, bool)):
+        if not isinstance(value, simple[declared]) or (
+            declared == "number" and isinstance(value, bool)
+        ):
             yield "%s: %r is not a %s" % (where, value, declared)
         return
     shape = fields(text, declared)
@@ -172,7 +242,9 @@ def judge(language: str, results: Dict[str, Any], text: str) -> List[str]:
         if call.endswith("missing"):
             noun = NOUNS[call.replace("async ", "").split(".")[0].replace("()", "")]
             if "not found: no %s named" % noun not in result.get("raised", ""):
-                wrong.append("%s: expected the server's 404, got %s" % (call, json.dumps(result)[:200]))
+                wrong.append(
+                    "%s: expected the server's 404, got %s" % (call, json.dumps(result)[:200])
+                )
             continue
         if "raised" in result:
             wrong.append("%s: raised %s" % (call, result["raised"][:200]))
@@ -199,16 +271,22 @@ def run(language: str, version: str, url: str, dev_port: int) -> Tuple[Dict[str,
     if language == "js":
         text = declarations(where)
         package = where / "@upstash" / "qstash"
-        sources = [path for path in (package / "index.js", package / "dist" / "index.js") if path.exists()]
+        sources = [
+            path for path in (package / "index.js", package / "dist" / "index.js") if path.exists()
+        ]
         dev = "dev" if any("QSTASH_DEV" in path.read_text() for path in sources) else "no-dev"
         command = ["node", str(HERE / "matrix_check.mjs"), str(where), GROUP, QUEUE, MISSING, dev]
     else:
         text = ""
         env["PYTHONPATH"] = str(where)
         command = [sys.executable, str(HERE / "matrix_check.py"), GROUP, QUEUE, MISSING]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=str(where))
+    done = subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=120, cwd=str(where)
+    )
     if done.returncode != 0 or not done.stdout.strip():
-        return {}, ["the check itself failed: %s" % (done.stderr.strip().splitlines() or ["no output"])[-1]]
+        return {}, [
+            "the check itself failed: %s" % (done.stderr.strip().splitlines() or ["no output"])[-1]
+        ]
     results: Dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return results, judge(language, results, text)
 
@@ -216,25 +294,48 @@ def run(language: str, version: str, url: str, dev_port: int) -> Tuple[Dict[str,
 def works_with(lines: Dict[str, List[str]]) -> List[str]:
     """The README's "works with" lines: each SDK's releases, and why one fails, where one does."""
     names = {"js": "`@upstash/qstash`", "python": "`qstash` (Python)"}
-    return ["- %s: %s" % (names[language], ", ".join(shown)) for language, shown in lines.items() if shown]
+    return [
+        "- %s: %s" % (names[language], ", ".join(shown))
+        for language, shown in lines.items()
+        if shown
+    ]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--latest", action="store_true", help="also list the registries' newer minor lines")
-    parser.add_argument("--markdown", action="store_true", help="print the README's 'works with' lines")
+    parser.add_argument(
+        "--latest", action="store_true", help="also list the registries' newer minor lines"
+    )
+    parser.add_argument(
+        "--markdown", action="store_true", help="print the README's 'works with' lines"
+    )
     parser.add_argument("--only", choices=["js", "python"], help="one SDK only")
     args = parser.parse_args(argv)
     if args.latest:
         for language, versions in latest().items():
             newer = [v for v in versions if v not in RELEASES[language]]
-            print("%s: the registry's last patches: %s; not in RELEASES: %s" % (
-                language, " ".join(versions), " ".join(newer) or "none"))
+            print(
+                "%s: the registry's last patches: %s; not in RELEASES: %s"
+                % (language, " ".join(versions), " ".join(newer) or "none")
+            )
     folder = Path(os.environ.get("TMPDIR", "/tmp"))
-    data = write_json(folder / ("qstash-lists-matrix-%d.json" % os.getpid()), {"accounts": [
-        {"token": TOKEN_A, "urlGroups": [ALPHA_GROUP], "queues": [ALPHA_QUEUE], "signingKeys": SIGNING_KEYS}]})
-    dev_data = write_json(folder / ("qstash-lists-matrix-dev-%d.json" % os.getpid()),
-                          {"urlGroups": [ALPHA_GROUP], "queues": [ALPHA_QUEUE]})
+    data = write_json(
+        folder / ("qstash-lists-matrix-%d.json" % os.getpid()),
+        {
+            "accounts": [
+                {
+                    "token": TOKEN_A,
+                    "urlGroups": [ALPHA_GROUP],
+                    "queues": [ALPHA_QUEUE],
+                    "signingKeys": SIGNING_KEYS,
+                }
+            ]
+        },
+    )
+    dev_data = write_json(
+        folder / ("qstash-lists-matrix-dev-%d.json" % os.getpid()),
+        {"urlGroups": [ALPHA_GROUP], "queues": [ALPHA_QUEUE]},
+    )
     failed = 0
     lines: Dict[str, List[str]] = {"js": [], "python": []}
     try:
@@ -245,18 +346,27 @@ def main(argv: Optional[List[str]] = None) -> int:
                 for version in versions:
                     results, wrong = run(language, version, server.url, dev.port)
                     known = KNOWN.get((language, version))
-                    verdict = "works" if not wrong else "fails (known: %s)" % known if known else "FAILS"
+                    verdict = (
+                        "works" if not wrong else "fails (known: %s)" % known if known else "FAILS"
+                    )
                     failed += bool(wrong) and not known
-                    print("%-6s %-7s %s: %s" % (language, version, verdict, ", ".join(sorted(results)) or "-"))
+                    print(
+                        "%-6s %-7s %s: %s"
+                        % (language, version, verdict, ", ".join(sorted(results)) or "-")
+                    )
                     for line in wrong:
                         print("    " + line)
-                    lines[language].append(version if not wrong else "%s (fails: %s)" % (version, known or wrong[0]))
+                    lines[language].append(
+                        version if not wrong else "%s (fails: %s)" % (version, known or wrong[0])
+                    )
     finally:
         data.unlink()
         dev_data.unlink()
     if args.markdown:
         print("\n".join(works_with(lines)))
-    print("sdk matrix: %s" % ("every release works" if not failed else "%d release(s) FAIL" % failed))
+    print(
+        "sdk matrix: %s" % ("every release works" if not failed else "%d release(s) FAIL" % failed)
+    )
     return 1 if failed else 0
 
 

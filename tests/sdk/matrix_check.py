@@ -42,9 +42,16 @@ def typed(value: Any, hint: Any, where: str, problems: List[str]) -> None:
             return
         hints = typing.get_type_hints(hint)
         for field in dataclasses.fields(hint):
-            typed(getattr(value, field.name), hints[field.name], "%s.%s" % (where, field.name), problems)
+            typed(
+                getattr(value, field.name),
+                hints[field.name],
+                "%s.%s" % (where, field.name),
+                problems,
+            )
         return
-    if isinstance(hint, type) and not (type(value) is hint or (hint is float and type(value) is int)):
+    if isinstance(hint, type) and not (
+        type(value) is hint or (hint is float and type(value) is int)
+    ):
         problems.append("%s: %r is not %s" % (where, value, hint.__name__))
 
 
@@ -59,7 +66,9 @@ def declared(method: Callable[..., Any]) -> Any:
     return typing.get_type_hints(method).get("return", Any)
 
 
-LOOP = asyncio.new_event_loop()  # one for every call of the asyncio client, whose connections outlive a call
+LOOP = (
+    asyncio.new_event_loop()
+)  # one for every call of the asyncio client, whose connections outlive a call
 
 
 def record(name: str, call: Callable[[], Any], hint: Any, result: Dict[str, Any]) -> None:
@@ -72,7 +81,10 @@ def record(name: str, call: Callable[[], Any], hint: Any, result: Dict[str, Any]
         return
     problems: List[str] = []
     typed(value, hint, name, problems)
-    result[name] = {"value": json.loads(json.dumps(value, default=dataclasses.asdict)), "problems": problems}
+    result[name] = {
+        "value": json.loads(json.dumps(value, default=dataclasses.asdict)),
+        "problems": problems,
+    }
 
 
 def main() -> None:
@@ -86,8 +98,15 @@ def main() -> None:
         for kind, name in (("url_group", group), ("queue", queue)):
             api = getattr(client, kind)
             record(prefix + kind + ".list", api.list, declared(api.list), result)
-            record(prefix + kind + ".get", functools.partial(api.get, name), declared(api.get), result)
-            record(prefix + kind + ".get missing", functools.partial(api.get, missing), declared(api.get), result)
+            record(
+                prefix + kind + ".get", functools.partial(api.get, name), declared(api.get), result
+            )
+            record(
+                prefix + kind + ".get missing",
+                functools.partial(api.get, missing),
+                declared(api.get),
+                result,
+            )
         keys = getattr(client, "signing_key", None)
         if keys is not None:
             record(prefix + "signing_key.get", keys.get, declared(keys.get), result)

@@ -49,14 +49,18 @@ def steps(prefix: str) -> List[Any]:
 
 def run_sync(prefix: str) -> Dict[str, Any]:
     client = QStash(os.environ["QSTASH_TOKEN"], base_url=os.environ["QSTASH_URL"])
-    return {name: plain(getattr(getattr(client, part), method)(*args, **kwargs))
-            for name, part, method, args, kwargs in steps(prefix)}
+    return {
+        name: plain(getattr(getattr(client, part), method)(*args, **kwargs))
+        for name, part, method, args, kwargs in steps(prefix)
+    }
 
 
 async def run_async(prefix: str) -> Dict[str, Any]:
     client = AsyncQStash(os.environ["QSTASH_TOKEN"], base_url=os.environ["QSTASH_URL"])
-    return {name: plain(await getattr(getattr(client, part), method)(*args, **kwargs))
-            for name, part, method, args, kwargs in steps(prefix)}
+    return {
+        name: plain(await getattr(getattr(client, part), method)(*args, **kwargs))
+        for name, part, method, args, kwargs in steps(prefix)
+    }
 
 
 if __name__ == "__main__":
