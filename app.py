@@ -120,7 +120,7 @@ UNAVAILABLE = (
     "fault and "
     "its fix, and the file is served as soon as it is good"
 )  # no good version of it yet (see make_app)
-# : waitress's settings, measured (docs/deploying.md); the benchmark's baseline and waitress-serve's
+#: waitress's settings, measured (docs/deploying.md); the benchmark's baseline and waitress-serve's
 # recipe use them.
 WAITRESS_SETTINGS: Dict[str, Any] = {
     "ident": "qstash-lists",  # the Server header: no version numbers (--record knows itself by it)
@@ -134,9 +134,9 @@ WAITRESS_SETTINGS: Dict[str, Any] = {
     "max_request_header_size": 16 * 1024,  # answered with 431 above this
     "max_request_body_size": MAX_BODY,
 }
-# : The servers whose wsgi.file_wrapper keeps a body by reference until it is read (waitress: no
+#: The servers whose wsgi.file_wrapper keeps a body by reference until it is read (waitress: no
 # copy), by the
-# : wrapper's module; others read a BytesIO back in 4-8 KB writes, so they get the bytes whole
+#: wrapper's module; others read a BytesIO back in 4-8 KB writes, so they get the bytes whole
 # (benchmark: table).
 BY_REFERENCE = ("waitress.",)
 LOGGED_QUERY_FIELDS = (
@@ -541,7 +541,7 @@ def respond(
             "bad request: a %s's name has %s" % (FIELDS[collection][1], store.NAME_RULE)
         )
     token = _credential(environ)
-    loaded = source.current(token)
+    loaded = source.current()
     if loaded is None:
         raise HTTPError(
             UNAVAILABLE,
@@ -583,7 +583,7 @@ def respond(
     return "200 OK", list(found.headers), found.data, None
 
 
-# : The methods each route answers, read-only or writable: with HEAD where it has GET (RFC 9110,
+#: The methods each route answers, read-only or writable: with HEAD where it has GET (RFC 9110,
 # 9.3.2).
 _ALLOWED = {
     (route, writable): tuple(m for m in methods if writable or m == "GET")
@@ -591,32 +591,44 @@ _ALLOWED = {
     for route, methods in ROUTES.items()
     for writable in (False, True)
 }
-# : What a write that was refused by the data file's state answers, by the kind of refusal
-# (store's), most special first.
-_REFUSED = [
-    (store.LimitReached, HTTPStatus.PRECONDITION_FAILED, None, "over a limit"),
-    (
-        store.Conflict,
+
+
+class Refusal(NamedTuple):
+    """What a write that the data file's state refused answers."""
+
+    status: HTTPStatus
+    message: Optional[str]  # None: the refusal's own words (a limit, which names no file)
+    why: str  # for the access log
+
+
+#: Each kind of refusal (store's DataError and its subclasses); a kind not listed answers as its
+#: nearest parent that is (see _refusal).
+REFUSALS: Dict[type, Refusal] = {
+    store.LimitReached: Refusal(HTTPStatus.PRECONDITION_FAILED, None, "over a limit"),
+    store.Conflict: Refusal(
         HTTPStatus.CONFLICT,
         "conflict: the data file on the server was edited and does not load; "
         "nothing was written; the server log names the fault",
         "file invalid",
     ),
-    (
-        store.TooLarge,
+    store.TooLarge: Refusal(
         HTTPStatus.INSUFFICIENT_STORAGE,
-        "insufficient storage: the data file would be over the "
-        "server's --max-size, or this account over its share of it; nothing was written",
+        "insufficient storage: the data file would be over the server's --max-size, or this "
+        "account over its share of it; nothing was written",
         "too large",
     ),
-    (
-        store.DataError,
+    store.DataError: Refusal(
         HTTPStatus.SERVICE_UNAVAILABLE,
-        "service unavailable: the data file cannot be written "
-        "now; nothing was written; the server log says why",
+        "service unavailable: the data file cannot be written now; nothing was written; the "
+        "server log says why",
         "not written",
     ),
-]
+}
+
+
+def _refusal(exc: store.DataError) -> Refusal:
+    """The answer to ``exc``: its class's, or its nearest parent's, along its MRO."""
+    return next(REFUSALS[cls] for cls in type(exc).__mro__ if cls in REFUSALS)
 
 
 def write(
@@ -667,20 +679,20 @@ def write(
     except LookupError:
         raise Unauthorized("account gone") from None
     except store.DataError as exc:
-        kind, status, message, why = next(
-            refusal for refusal in _REFUSED if isinstance(exc, refusal[0])
-        )
-        if message is not None:  # the fault names the file: for the log
+        refusal = _refusal(exc)
+        if refusal.message is None:
+            message = "precondition failed: %s; nothing was written" % exc
+        else:  # the fault names the file: for the log
+            message = refusal.message
             logger.error("%s; nothing was written", exc.faults[0] if exc.faults else exc)
-        retry = [("Retry-After", "1")] * (status == HTTPStatus.SERVICE_UNAVAILABLE)
-        raise HTTPError(
-            message or "precondition failed: %s; nothing was written" % exc, retry, why, status
-        ) from None
+        retry = []
+        if refusal.status == HTTPStatus.SERVICE_UNAVAILABLE:
+            retry = [("Retry-After", "1")]
+        raise HTTPError(message, retry, refusal.why, refusal.status) from None
     if did == "no such " + noun:
         raise _no_such(noun, name or "")
-    fresh = typing.cast(store.Store, source.current()).by_digest.get(
-        account.token_sha256
-    )  # this write's, or later
+    # This write's version, or a later one.
+    fresh = typing.cast(store.Store, source.current()).by_digest.get(account.token_sha256)
     return _json_answer(HTTPStatus.OK, fresh and name and fresh.item(field, name) or {}, why=did)
 
 
@@ -947,7 +959,7 @@ def _switch(text: str) -> bool:
     return text.lower() in ("1", "true", "yes", "on")
 
 
-# : Every setting, read in one place (read_settings): the command line wins over the environment,
+#: Every setting, read in one place (read_settings): the command line wins over the environment,
 # then the default.
 SETTINGS: Dict[str, Setting] = {
     "data": Setting("--data", "QSTASH_LISTS_DATA", "data.json", str, "the data file"),
@@ -1051,7 +1063,7 @@ def read_settings(
     return settings
 
 
-# : Load a data file and keep it fresh: ``open_data(path, token, interval, fallback=, max_size=,
+#: Load a data file and keep it fresh: ``open_data(path, token, interval, fallback=, max_size=,
 # required=, writable=,
 #: limits=)`` (see store.DataFile and store.parse).
 open_data = store.DataFile
@@ -1204,10 +1216,15 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[A
     ]  # "localhost": 2
     loaded = typing.cast(store.Store, data.current())  # open_data raised otherwise
     print("\n".join(_banner(settings, loaded, urls, listening[0][1], data.writable)), flush=True)
-    stop = threading.Event()
+    stops: List[int] = []  # the signals that asked for a stop (a list's append takes no lock)
+
+    def note_stop(signum: int, frame: Any) -> None:
+        stops.append(signum)  # a handler only notes it...
+        server.pull_trigger()  # ...and wakes the loop (a byte to a pipe: no lock either)
+
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda signum, frame: stop.set())  # a handler only notes it
-    run(server, socket_map, settings["stop_timeout"], stop)
+        signal.signal(signum, note_stop)
+    run(server, socket_map, settings["stop_timeout"], lambda: bool(stops))
     return 0
 
 
@@ -1259,21 +1276,21 @@ def _banner(
 
 
 def run(
-    server: Any, socket_map: Dict[int, Any], stop_timeout: float, stop: threading.Event
+    server: Any, socket_map: Dict[int, Any], stop_timeout: float, stopping: Callable[[], bool]
 ) -> None:
-    """Serve until ``stop`` is set, then refuse new connections, close idle ones, let the answers in
-    flight finish for at most ``stop_timeout`` seconds, and close every socket."""
+    """Serve until ``stopping()`` (asked after each poll; pull the server's trigger to have it
+    asked now), then refuse new connections, close idle ones, let the answers in flight finish
+    for at most ``stop_timeout`` seconds, and close every socket."""
     from waitress import wasyncore
     from waitress.channel import HTTPChannel
     from waitress.server import BaseWSGIServer
 
-    while not stop.is_set():
+    while not stopping():
         wasyncore.loop(timeout=0.5, map=socket_map, use_poll=True, count=1)
     deadline = time.monotonic() + stop_timeout
     for listener in [d for d in socket_map.values() if isinstance(d, BaseWSGIServer)]:
-        wasyncore.dispatcher.close(
-            listener
-        )  # not BaseWSGIServer.close: the threads still need the trigger
+        # Not BaseWSGIServer.close: the threads still need the trigger.
+        wasyncore.dispatcher.close(listener)
     while time.monotonic() < deadline:
         channels = [d for d in socket_map.values() if isinstance(d, HTTPChannel)]
         if not channels:
@@ -1282,21 +1299,19 @@ def run(
             if not (channel.request or channel.requests or channel.total_outbufs_len):
                 channel.will_close = True
         wasyncore.loop(timeout=0.1, map=socket_map, use_poll=True, count=1)
-    server.task_dispatcher.shutdown(
-        timeout=max(0.0, deadline - time.monotonic())
-    )  # the rest are cut short
+    # The rest are cut short.
+    server.task_dispatcher.shutdown(timeout=max(0.0, deadline - time.monotonic()))
     for dispatcher in list(socket_map.values()):  # the trigger, and what the deadline cut short
         dispatcher.close()
 
 
 def _stop(signum: int, frame: Any) -> None:
-    raise SystemExit(
-        0
-    )  # before serving, nothing is in flight: stop now, on every way out (while serving, _run)
+    # Before serving, nothing is in flight: stop now, on every way out (while serving, see run).
+    raise SystemExit(0)
 
 
 def _wake_all(signum: int, frame: Any) -> None:
-    store.wake_all()  # SIGHUP: every reloader looks now (a signal handler only sets events)
+    store.wake_all()  # SIGHUP: every reloader looks now (it takes no lock)
 
 
 def is_loopback(host: str) -> bool:

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import socket
 import stat
 import tempfile
 import threading
@@ -104,23 +105,23 @@ EXAMPLE: dict[str, Any] = {
         },
     ],
 }
-DEFAULT_MAX_SIZE = (
-    64 * 1024 * 1024
-)  # a larger data file is refused (--max-size); loading takes several times it
+#: A larger data file is refused (--max-size); loading takes several times it.
+DEFAULT_MAX_SIZE = 64 * 1024 * 1024
 MAX_SAFE_INTEGER = 2**53 - 1  # the largest integer a JavaScript client reads back exactly
 _YEAR_2001_MS = 978307200000
 MAX_FAULTS = 50  # how many faults one report lists before it counts the rest
 READ_ATTEMPTS = 4  # reads of a file that changes while it is read, in one look, before giving up
-LOCK_TIMEOUT = (
-    1.0  # how long a write waits for another's (then 503): a worker thread is held no longer
-)
-WRITE_ATTEMPTS = (
-    3  # versions saved by hand while one write works that it redoes its change on, before a 409
-)
+#: How long a write waits for another's (then 503): a worker thread is held no longer.
+LOCK_TIMEOUT = 1.0
+#: Versions saved by hand while one write works that it redoes its change on, before a 409.
+WRITE_ATTEMPTS = 3
+#: Writes that may wait in a process while another process holds the lock (then 503 at once), so
+#: that waiting writes never hold every thread a read needs.
+WAITING_WRITES = 4
 _READ_CHUNK = 1 << 24
-NAME_RULE = (
-    "only letters, digits, '-', '.' and '_'"  # QStash's for URL groups and queues (a 400 otherwise)
-)
+_PIECES_A_CALL = 1000  # a writev's pieces, under IOV_MAX (1024)
+#: QStash's rule for the names of URL groups and queues (a 400 otherwise).
+NAME_RULE = "only letters, digits, '-', '.' and '_'"
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _TOKEN = re.compile(r"[!-~]+")  # visible ASCII: what fits in "Bearer <token>"
@@ -132,9 +133,17 @@ _KINDS = {
     stat.S_IFBLK: "a block device",
 }
 
-# : What tells versions of a file apart: inode, device, size, mtime and ctime (cp -p and tar set an
-# mtime back, not it).
+#: What tells versions of a file apart: inode, device, size, mtime and ctime (cp -p and tar set an
+#: mtime back, not it).
 Signature = tuple[int, int, int, int, int]
+
+#: The data file's layout as the writer writes it, which the reader reuses by (see _split): a file
+#: of several accounts is FILE_OPEN, each account's ``lines`` with ACCOUNT_SEPARATOR between them,
+#: and FILE_CLOSE; a file of one account is its ``lines`` and SINGLE_CLOSE.
+FILE_OPEN = b'{"accounts": [\n'
+ACCOUNT_SEPARATOR = b",\n"
+FILE_CLOSE = b"\n]}\n"
+SINGLE_CLOSE = b"\n"
 
 
 class Limits(NamedTuple):
@@ -170,6 +179,11 @@ class Conflict(DataError):
 class TooLarge(DataError):
     """A write would make the file larger than its size limit, or the account larger than its share
     of it."""
+
+
+class Busy(DataError):
+    """A write that could not have the lock in time: another process, or this one's writes before
+    it, held it."""
 
 
 class LimitReached(DataError):
@@ -239,8 +253,7 @@ def megabytes(size: int) -> str:
     )
 
 
-# ---- The items: one schema serves loading, checking, serving, writing and recording
-# ---------------
+# ---- The items: one schema serves loading, checking, serving, writing and recording -----------
 # A field is declared once, as _rule(its rule, or the item kind of its array[, its default if
 # optional]); its JSON
 # key is its name in camelCase, and it is left out of the JSON while it is None.  Items are not
@@ -419,8 +432,7 @@ class Store:
 
     @cached_property
     def by_digest(self) -> Mapping[bytes, Account]:
-        """Each account by the SHA-256 digest of its token (a write's store has it from the one
-        before it)."""
+        """Each account by the SHA-256 digest of its token."""
         return {account.token_sha256: account for account in self.accounts}
 
     def find(self, token: bytes) -> Optional[Account]:
@@ -430,13 +442,21 @@ class Store:
 
     def lines(self) -> list[bytes]:
         """The data file of this store in pieces, written as they are: each account's bytes, and
-        what goes between."""
+        what goes between (the layout: FILE_OPEN)."""
         if self.single_account:
-            return [self.accounts[0].lines, b"\n"]
-        parts = [piece for account in self.accounts for piece in (b",\n", account.lines)][
-            1:
-        ]  # between them: ",\n"
-        return [b'{"accounts": [\n'] + parts + [b"\n]}\n"]
+            return [self.accounts[0].lines, SINGLE_CLOSE]
+        pieces = [FILE_OPEN]
+        for i, account in enumerate(self.accounts):
+            if i:
+                pieces.append(ACCOUNT_SEPARATOR)
+            pieces.append(account.lines)
+        pieces.append(FILE_CLOSE)
+        return pieces
+
+    @cached_property
+    def size(self) -> int:
+        """The size of this store's data file, in bytes."""
+        return sum(map(len, self.lines()))
 
     def warnings(self, source: str) -> list[str]:
         """Return what looks wrong in a valid file, one line each: no account, times in seconds."""
@@ -474,8 +494,7 @@ class Store:
         )
 
 
-# ---- Loading: parse and check
-# ---------------------------------------------------------------------
+# ---- Loading: parse and check -------------------------------------------------------------------
 def load(
     path: str,
     token: Optional[str],
@@ -492,12 +511,10 @@ def parse(
     source: str,
     token: Optional[str],
     fallback: Optional[str] = None,
-    known: Optional[Iterator[Account]] = None,
 ) -> Store:
     """Validate the JSON document ``raw`` (``source`` names it).  A one-account file gets ``token``,
-    else ``fallback`` (then ``fallback_used``), else TokenMissing.  ``known``: see
-    DataFile._parse."""
-    checker = _Checker(known)
+    else ``fallback`` (then ``fallback_used``), else TokenMissing."""
+    checker = _Checker()
     accounts = checker.document(_json(raw, source), fallback if token is None else token)
     if checker.faults:
         lines = ["%s: %s" % (source, fault) for fault in checker.faults[:MAX_FAULTS]]
@@ -580,12 +597,11 @@ def _json(raw: bytes, source: str) -> Any:
 
 class _Checker:
     """Turns the parsed document into dataclasses, judging each value by its field's rule and noting
-    every fault (its place spelled out only then).  ``known``: the accounts the 0s stand for, in
-    order (see DataFile._parse)."""
+    every fault (its place spelled out only then)."""
 
-    def __init__(self, known: Optional[Iterator[Account]] = None) -> None:
+    def __init__(self) -> None:
         self.faults: list[str] = []
-        self.single_account, self.known = False, known
+        self.single_account = False
 
     def fault(self, array: str, i: Optional[int], key: Optional[str], message: str) -> None:
         """Note a fault at ``key`` of element ``i`` of ``array`` (either may be None)."""
@@ -716,15 +732,7 @@ class _Checker:
     def account(
         self, value: Any, array: str, i: int, digests: dict[bytes, int]
     ) -> Optional[Account]:
-        if (
-            type(value) is int and self.known is not None
-        ):  # an account the DataFile knew: itself, checked already
-            known = next(self.known, None)
-            if known is None or digests.setdefault(known.token_sha256, i) != i:
-                self.fault(
-                    array, i, None, "an account out of place, or a token twice"
-                )  # the whole parse says which
-            return known
+        """Build the account at ``array[i]``, noting its token's digest in ``digests``."""
         item = self.fields(value, array, i, "accounts")
         digest = None if item is None else self.token(item, array, i)
         if digest is None:
@@ -810,8 +818,7 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-# ---- Reading: never blocks, never half a version
-# --------------------------------------------------
+# ---- Reading: never blocks, never half a version ------------------------------------------------
 def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> tuple[bytes, Signature]:
     """Return the bytes of the data file at ``path`` (never blocking: a regular file of at most
     ``max_size`` bytes) and the signature of the version read, read again while it changes; or a
@@ -819,39 +826,11 @@ def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> tuple[bytes, Signature]
     for _ in range(READ_ATTEMPTS):
         fd = _open(path)
         try:
-            before = os.fstat(fd)
-            judged, limit = _signature(before), "the limit of %s" % megabytes(max_size)
-            if not stat.S_ISREG(before.st_mode):
-                kind = _KINDS.get(stat.S_IFMT(before.st_mode), "not a plain file")
-                raise DataError(
-                    ["%s: cannot read: not a regular file but %s" % (path, kind)], judged
-                )
-            if before.st_size > max_size:
-                raise DataError(
-                    [
-                        "%s: cannot read: %s, over %s (--max-size, QSTASH_LISTS_MAX_SIZE)"
-                        % (path, megabytes(before.st_size), limit)
-                    ],
-                    judged,
-                )
-            raw = read_at_most(partial(os.read, fd), max_size)
-            if raw is None:
-                raise DataError(
-                    [
-                        "%s: cannot read: grew past %s while being read (--max-size, "
-                        "QSTASH_LISTS_MAX_SIZE)" % (path, limit)
-                    ],
-                    judged,
-                )
-            after = os.fstat(fd)
-        except OSError as exc:
-            raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
+            found = _read_open(fd, path, max_size)
         finally:
             os.close(fd)
-        # A writer at work shows in the signature, or (within one tick of a coarse clock) in the
-        # length.
-        if _signature(after) == judged and len(raw) == after.st_size:
-            return raw, judged
+        if found is not None:
+            return found
         time.sleep(0.02)  # give the writer a moment
     raise FileChanging(
         [
@@ -861,6 +840,51 @@ def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> tuple[bytes, Signature]
     )
 
 
+def _read_open(fd: int, path: str, max_size: int) -> Optional[tuple[bytes, Signature]]:
+    """Read the open file ``fd`` from its start; return its bytes and signature, or None if it
+    changed while it was read (a writer at work); a DataError of one line if it cannot be read."""
+    try:
+        before = os.fstat(fd)
+        judged, limit = _signature(before), "the limit of %s" % megabytes(max_size)
+        if not stat.S_ISREG(before.st_mode):
+            kind = _KINDS.get(stat.S_IFMT(before.st_mode), "not a plain file")
+            raise DataError(["%s: cannot read: not a regular file but %s" % (path, kind)], judged)
+        if before.st_size > max_size:
+            raise DataError(
+                [
+                    "%s: cannot read: %s, over %s (--max-size, QSTASH_LISTS_MAX_SIZE)"
+                    % (path, megabytes(before.st_size), limit)
+                ],
+                judged,
+            )
+        os.lseek(fd, 0, os.SEEK_SET)
+        raw = read_at_most(partial(os.read, fd), max_size)
+        if raw is None:
+            raise DataError(
+                [
+                    "%s: cannot read: grew past %s while being read (--max-size, "
+                    "QSTASH_LISTS_MAX_SIZE)" % (path, limit)
+                ],
+                judged,
+            )
+        after = os.fstat(fd)
+    except OSError as exc:
+        raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
+    if _rewritten(before, after) or len(raw) != after.st_size:
+        return None
+    return raw, judged
+
+
+def _rewritten(before: os.stat_result, after: os.stat_result) -> bool:
+    """Tell whether an open file's bytes may have changed between two of its stats.  Its size or
+    mtime says so; its ctime too (``cp -p`` sets the mtime back, not the ctime), but for a file
+    that another was renamed over meanwhile (no link left: a finished version, a writer's or an
+    editor's, which nobody writes into): the rename is not a writer at work."""
+    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
+        return True
+    return before.st_ctime_ns != after.st_ctime_ns and after.st_nlink > 0
+
+
 def _open(path: str) -> int:
     try:
         return os.open(
@@ -868,9 +892,8 @@ def _open(path: str) -> int:
         )
     except OSError as exc:
         kind = None
-        with contextlib.suppress(
-            OSError
-        ):  # a socket cannot even be opened: name it, as fstat would
+        # A socket cannot even be opened: name it, as fstat would.
+        with contextlib.suppress(OSError):
             kind = _KINDS.get(stat.S_IFMT(os.stat(path).st_mode))
         reason = "not a regular file but %s" % kind if kind else exc.strerror or str(exc)
         raise DataError(["%s: cannot read: %s" % (path, reason)]) from None
@@ -902,36 +925,119 @@ def _signature(st: os.stat_result) -> Signature:
     return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-# ---- Writing: the one writer, for writes and --record alike
-# ---------------------------------------
+# ---- Reuse: what another process's write left as it was ------------------------------------------
+class _Split(NamedTuple):
+    """A file of several accounts seen against the store in service: the accounts it begins and
+    ends with, byte for byte, with the separators between them; and the bytes between those (the
+    rest of the array, each element to be parsed)."""
+
+    head: tuple[Account, ...]
+    middle: bytes
+    tail: tuple[Account, ...]
+    #: Whether a separator the ends keep joins them to the middle, which must then hold an element.
+    joined: bool
+
+
+def _split(raw: bytes, known: tuple[Account, ...]) -> Optional[_Split]:
+    """Account for every byte of ``raw`` as FILE_OPEN, the ``known`` accounts it keeps at its two
+    ends (each its exact ``lines``, each followed or preceded by ACCOUNT_SEPARATOR), the middle, and
+    FILE_CLOSE; or None where the layout is not the writer's.  The middle then holds the array's
+    other elements (see _reuse)."""
+    if not (raw.startswith(FILE_OPEN) and raw.endswith(FILE_CLOSE)):
+        return None
+    at, end = len(FILE_OPEN), len(raw) - len(FILE_CLOSE)
+    if at > end:
+        return None
+    head = 0
+    while head < len(known):
+        lines = known[head].lines
+        after = at + len(lines)
+        if raw.startswith(lines, at, end) and after == end:  # the last element: all accounted for
+            return _Split(known[: head + 1], b"", (), joined=False)
+        if not (raw.startswith(lines, at, end) and raw.startswith(ACCOUNT_SEPARATOR, after, end)):
+            break
+        at, head = after + len(ACCOUNT_SEPARATOR), head + 1
+    tail, stop = len(known), end
+    while tail > head:
+        lines = known[tail - 1].lines
+        before = stop - len(lines)
+        if not (raw.endswith(lines, at, stop) and raw.endswith(ACCOUNT_SEPARATOR, at, before)):
+            break
+        stop, tail = before - len(ACCOUNT_SEPARATOR), tail - 1
+    return _Split(known[:head], raw[at:stop], known[tail:], joined=bool(head or tail < len(known)))
+
+
+def _reuse(raw: bytes, known: Optional[Store]) -> Optional[Store]:
+    """The store that :func:`parse` makes of ``raw`` (a file of several accounts), made by parsing
+    only what is not byte for byte an account of ``known``; or None where that cannot be shown the
+    same (another layout, a fault anywhere: the whole parse then says what parse says)."""
+    if known is None or known.single_account:
+        return None
+    split = _split(raw, known.accounts)
+    if split is None:
+        return None
+    kept = split.head + split.tail
+    try:
+        elements = _json(b"[" + split.middle + b"]", "")
+    except DataError:
+        return None
+    if split.joined and not elements:  # a separator with no element after it, or before it
+        return None
+    checker = _Checker()
+    digests = {account.token_sha256: -1 for account in kept}
+    middle = [checker.account(value, "accounts", i, digests) for i, value in enumerate(elements)]
+    if checker.faults or len(digests) != len(kept) + len(elements):
+        return None
+    return Store(split.head + tuple(cast("list[Account]", middle)) + split.tail)
+
+
+# ---- Writing: the one writer, for writes and --record alike --------------------------------------
+class _Held(NamedTuple):
+    """The data file as its writer holds it: open, with every writer's lock on that very file."""
+
+    fd: int  # open on the file, with the flock on it (closing it lets go)
+    target: str  # the path's target (its symlink resolved) when the lock was taken
+    stat: os.stat_result  # the file then: the new version gets its mode and owner
+
+    def names(self, path: str, signature: Signature) -> bool:
+        """Whether ``path`` still leads to this very file, as the version ``signature`` (neither
+        re-pointed, nor replaced, nor written into meanwhile)."""
+        return os.path.realpath(path) == self.target and _stat(path) == signature
+
+
 @contextlib.contextmanager
-def _locked(path: str, deadline: float) -> Iterator[tuple[str, os.stat_result]]:
-    """Take every writer's lock (``flock`` on the symlink's target; a version replaced meanwhile:
-    again) until ``deadline`` at the most; yield the target and its stat."""
+def _locked(
+    path: str, deadline: float, waiting: Callable[[bool], None] = lambda _: None
+) -> Iterator[_Held]:
+    """Take every writer's lock (``flock``) on the file ``path`` leads to, until ``deadline`` at
+    the most (then Busy); ``waiting(True)`` while another process holds it, ``waiting(False)`` once
+    it is had.  A file replaced or re-pointed while the lock was awaited: the lock on the new
+    one."""
     import fcntl  # POSIX only: writes need it, reads do not
 
-    target, pause = os.path.realpath(path), 0.001
+    pause = 0.001
     while True:
+        target = os.path.realpath(path)
         fd = _open(target)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise DataError(
+                    raise Busy(
                         [
                             "%s: another process kept the file locked for %g s; nothing was written"
                             % (path, LOCK_TIMEOUT)
                         ]
                     ) from None
+                waiting(True)
                 time.sleep(pause)
                 pause = min(pause * 2, 0.05)
                 continue
-            st = os.fstat(fd)
-            if _stat(target) == _signature(
-                st
-            ):  # else a writer replaced the file since it was opened: take the new one
-                yield target, st
+            waiting(False)
+            held = _Held(fd, target, os.fstat(fd))
+            if held.names(path, _signature(held.stat)):
+                yield held
                 return
         finally:
             os.close(fd)  # lets go of the lock
@@ -939,16 +1045,17 @@ def _locked(path: str, deadline: float) -> Iterator[tuple[str, os.stat_result]]:
 
 @contextlib.contextmanager
 def _written(
-    target: str, raw: list[bytes], old: Optional[os.stat_result], source: str, max_size: int
+    target: str, pieces: list[bytes], old: Optional[os.stat_result], source: str, max_size: int
 ) -> Iterator[Callable[[], Signature]]:
-    """Write ``raw`` (TooLarge past ``max_size``) to a temporary file of its own beside ``target``
-    (fsync'd, old mode, owner); yield what renames it over ``target`` (atomic) and returns its
-    signature; it goes on every way out."""
-    if sum(map(len, raw)) > max_size:
+    """Write ``pieces`` (TooLarge past ``max_size``) to a temporary file of its own beside
+    ``target`` (fsync'd, old mode, owner); yield what renames it over ``target`` (atomic) and
+    returns its signature; the temporary file goes on every way out."""
+    size = sum(map(len, pieces))
+    if size > max_size:
         raise TooLarge(
             [
                 "%s: would be %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE); it is "
-                "unchanged" % (source, megabytes(sum(map(len, raw))), megabytes(max_size))
+                "unchanged" % (source, megabytes(size), megabytes(max_size))
             ]
         )
     directory, name = os.path.split(target)
@@ -961,16 +1068,7 @@ def _written(
             os.fchmod(fd, stat.S_IMODE(old.st_mode))
             with contextlib.suppress(PermissionError):  # only root can give a file away
                 os.fchown(fd, old.st_uid, old.st_gid)
-        for start in range(
-            0, len(raw), 1000
-        ):  # as they are (no joined copy), IOV_MAX (1024) pieces a call
-            pieces = raw[start : start + 1000]
-            written = os.writev(fd, pieces)
-            view = (
-                memoryview(b"".join(pieces))[written:] if written < sum(map(len, pieces)) else b""
-            )
-            while view:  # a short write (a signal, a full disk): the rest, or its error
-                view = view[os.write(fd, view) :]
+        _write_all(fd, pieces)
         os.fsync(fd)
 
         def rename() -> Signature:
@@ -981,14 +1079,7 @@ def _written(
 
         yield rename
         if not temporary:
-            with contextlib.suppress(
-                OSError
-            ):  # the rename itself on disk: best effort (not every file system)
-                dir_fd = os.open(directory or ".", os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
+            _sync_directory(directory or ".")
     except OSError as exc:
         raise DataError(
             [
@@ -1004,19 +1095,39 @@ def _written(
                 os.unlink(temporary)
 
 
+def _write_all(fd: int, pieces: list[bytes]) -> None:
+    """Write ``pieces`` as they are (no joined copy), IOV_MAX (1024) at the most a call."""
+    for start in range(0, len(pieces), _PIECES_A_CALL):
+        some = pieces[start : start + _PIECES_A_CALL]
+        written = os.writev(fd, some)
+        rest = memoryview(b"".join(some))[written:]
+        while rest:  # a short write (a signal, a full disk): the rest, or its error
+            rest = rest[os.write(fd, rest) :]
+
+
+def _sync_directory(directory: str) -> None:
+    """Make a rename in ``directory`` durable: best effort (not every file system can)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def record(
     path: str, document: dict[str, Any], token: str, max_size: int = DEFAULT_MAX_SIZE
 ) -> Store:
     """Check ``document`` as a one-account file for ``token`` and write it to ``path``; or
     DataError, file unchanged."""
     loaded = parse(encode(document), path, token)
-    with contextlib.ExitStack() as stack:
-        target, old = (
-            stack.enter_context(_locked(path, time.monotonic() + LOCK_TIMEOUT))
-            if os.path.lexists(path)
-            else (os.path.realpath(path), None)
-        )
-        stack.enter_context(_written(target, loaded.lines(), old, path, max_size))()
+    if not os.path.lexists(path):
+        with _written(os.path.realpath(path), loaded.lines(), None, path, max_size) as rename:
+            rename()
+        return loaded
+    with _locked(path, time.monotonic() + LOCK_TIMEOUT) as held:
+        with _written(held.target, loaded.lines(), held.stat, path, max_size) as rename:
+            rename()
     return loaded
 
 
@@ -1031,14 +1142,12 @@ def from_api(item: dict[str, Any], kind: str, dropped: set[str]) -> dict[str, An
             from_api(e, "endpoints", dropped) if type(e) is dict else e for e in kept["endpoints"]
         ]
     if kind == "endpoints" and kept.get("name") in ("", None):
-        kept.pop(
-            "name", None
-        )  # QStash writes an endpoint without a name as "" or null: here it has none
+        # QStash writes an endpoint without a name as "" or null: here it has none.
+        kept.pop("name", None)
     return kept
 
 
-# ---- The changes a write makes to one item
-# ---------------------------------------------------------
+# ---- The changes a write makes to one item -----------------------------------------------------
 # Each takes the item as it is (None: there is none) and the time (Unix milliseconds), and returns
 # the item as it
 # is to be (None: removed; the same object: nothing to write) and what it did, for the access log
@@ -1121,18 +1230,55 @@ def remove_endpoints(
     ), "endpoints removed"
 
 
-# ---- Watching: the snapshot in service
-# ------------------------------------------------------------
+# ---- Watching and writing: the version in service ------------------------------------------------
 class Status(NamedTuple):
     """What a DataFile serves, for a health check: nothing from the file but its digest."""
 
-    version: Optional[str] = (
-        None  # the SHA-256 of the bytes in service, as sha256sum prints it; None: none yet
-    )
-    loaded_at: Optional[float] = None  # when that version was put in service (a Unix time)
-    failed_at: Optional[float] = (
-        None  # since when the file on disk is not what is served (a failed look)
-    )
+    #: The SHA-256 of the bytes in service, as sha256sum prints it; None: none yet.
+    version: Optional[str] = None
+    #: When that version was put in service (a Unix time).
+    loaded_at: Optional[float] = None
+    #: Since when the file on disk is not what is served (a failed look).
+    failed_at: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class _Version:
+    """The version in service and the last one judged: replaced whole, by DataFile._put and
+    DataFile._refuse only."""
+
+    judged: Optional[Signature] = None  # the file last judged (served, or refused); None: unread
+    store: Optional[Store] = None  # the last good store; None until there is one
+    pieces: tuple[bytes, ...] = ()  # the bytes that store was built from (or written as)
+    loaded_at: Optional[float] = None  # when it was put in service
+    failed_at: Optional[float] = None  # since when the file judged is not the one served
+
+    @cached_property
+    def digest(self) -> Optional[str]:
+        """The SHA-256 of the bytes in service: made when a health check first asks."""
+        if self.store is None:
+            return None
+        digest = hashlib.sha256()
+        for piece in self.pieces:
+            digest.update(piece)
+        return digest.hexdigest()
+
+
+@dataclass(eq=False)
+class _Write:
+    """One change waiting for this process's writer (see DataFile.update), then its outcome."""
+
+    digest: bytes  # the account's
+    kind: str  # "queues" or "url_groups"
+    name: str
+    change: Callable[..., tuple[Optional[Item], str]]  # see "The changes a write makes"
+    args: tuple[Any, ...]
+    did: Optional[str] = None  # what it did, once written
+    error: Optional[Exception] = None  # or why it was not
+
+    @property
+    def answered(self) -> bool:
+        return self.did is not None or self.error is not None
 
 
 class DataFile:
@@ -1142,9 +1288,18 @@ class DataFile:
     A reloader thread looks at the file's signature every ``interval`` seconds (or when woken),
     builds a changed version aside and puts it in service whole; a fault is logged when it starts
     and ends, and the last good version stays.  A forked child's first call starts its own (see
-    after_fork).  ``token``, ``fallback``: see :func:`parse`. The first load raises DataError if
-    ``required``; else :meth:`current` is None until a good version appears. ``writable``:
-    :meth:`update` writes the file, and :meth:`current` first looks whether another process has.
+    after_fork).  ``token``, ``fallback``: see :func:`parse`.  The first load raises DataError if
+    ``required``; else :meth:`current` is None until a good version appears.  ``writable``:
+    :meth:`update` writes the file, and :meth:`current` first loads another process's write.
+
+    The locks, always taken in this order (none is held while waiting for a later one but by the
+    writer, who waits for the flock holding ``_writing``):
+
+    1. ``_writing``: one batch of writes at a time in this process, from the flock to the rename.
+    2. the ``flock`` on the data file itself (see _locked): one writer on the machine.
+    3. ``_lock``: the version in service (``_version``, ``_fault``): one load at a time, and the
+       swap; a read takes it only to load a version it needs.
+    4. ``_queue_lock``: the writes waiting for the writer (``_queue``, ``_contended``).
     """
 
     def __init__(
@@ -1161,31 +1316,22 @@ class DataFile:
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be positive")
-        self.path, self.interval, self.max_size, self.writable, self.limits = (
-            path,
-            interval,
-            max_size,
-            writable,
-            limits,
-        )
-        self._token, self._fallback = token, fallback
-        # : The signature of the version last judged, the store in service and its Status: one
-        # owner, _put.
-        self._state: tuple[Optional[Signature], Optional[Store], Status] = (None, None, Status())
-        self._raw: list[
-            bytes
-        ] = []  # the bytes of the version in service, whose digest its Status gets when asked
+        self.path = path
+        self.interval = interval
+        self.max_size = max_size
+        self.writable = writable
+        self.limits = limits
+        self._token = token
+        self._fallback = fallback
+        self._version = _Version()  # guarded by _lock: the one owner, _put and _refuse
         self._fault: Optional[str] = None  # the first line of the fault last logged, until it ends
-        # : A version on disk not yet loaded: its signature, the store it was compared with, and the
-        # digests of the
-        #: accounts of that store it keeps (see _unchanged).
-        self._seen: tuple[Optional[Signature], Optional[Store], set[bytes]] = (None, None, set())
-        self._closed = self._forked = False
-        self._lock, self._writing = (
-            threading.Lock(),
-            threading.Lock(),
-        )  # writing: one write at a time here
-        self._queued: dict[int, list[Any]] = {}  # the writes waiting for it, by id (see update)
+        self._closed = False
+        self._forked = False  # set in a forked child (after_fork) until its first call
+        self._writing = threading.Lock()
+        self._lock = threading.Lock()
+        self._queue_lock = threading.Lock()
+        self._queue: list[_Write] = []  # guarded by _queue_lock
+        self._contended = False  # guarded by _queue_lock: the writer awaits another process's lock
         fault = self._load()
         if fault is not None:
             if required:
@@ -1194,81 +1340,55 @@ class DataFile:
         self._start()
         _open_files.add(self)
 
-    def current(self, token: Optional[bytes] = None) -> Optional[Store]:
-        """Return the newest good store (None only if there has never been one); with ``token``, one
-        whose account of that token is the newest (another process's write to other accounts is
-        loaded at the next look)."""
+    # -- Reads -------------------------------------------------------------------------------------
+    def current(self) -> Optional[Store]:
+        """Return the newest good store (None only if there has never been one); a writable one
+        first loads a version another process wrote, so that a read follows every write answered."""
         if self._forked:
             self._adopt()
-        if (
-            self.writable
-            and (on_disk := _stat(self.path)) != self._state[0]
-            and not self._unchanged(token, on_disk)
-        ):
-            self.refresh()  # a write from another process: the next read sees it
-        return self._state[1]
-
-    def _unchanged(self, token: Optional[bytes], on_disk: Optional[Signature]) -> bool:
-        """Whether the file on disk keeps the account of ``token`` as in service (see _kept; in a
-        valid file it is then that account, and a bad one keeps the version in service): a read
-        and a compare a version, no parse."""
-        store, seen = self._state[1], self._seen
-        if token is not None and (seen[0] != on_disk or seen[1] is not store):
-            with contextlib.suppress(
-                DataError
-            ):  # unreadable: what a reload would keep serving, and it logs why
-                raw, signature = read(self.path, self.max_size)
-                seen = self._seen = (
-                    signature,
-                    store,
-                    {account.token_sha256 for _, account in _kept(store, raw)[0]},
-                )
-        return token is not None and seen[1] is store and hashlib.sha256(token).digest() in seen[2]
+        if self.writable and _stat(self.path) != self._version.judged:
+            self.refresh()
+        return self._version.store
 
     def status(self) -> Status:
         """Return which version is in service, since when, and when the file on disk stopped being
         it."""
         if self._forked:
             self._adopt()
-        with self._lock:
-            signature, store, status = self._state
-            if (
-                status.version is None and store is not None
-            ):  # a health check pays for it, once a version
-                status = status._replace(version=hashlib.sha256(b"".join(self._raw)).hexdigest())
-                self._state = (signature, store, status)
-        if (
-            status.failed_at is None
-            and status.version is not None
-            and _stat(self.path) != signature
-        ):
-            return status._replace(failed_at=time.time())  # changed since, and not yet looked at
+        version = self._version
+        status = Status(version.digest, version.loaded_at, version.failed_at)
+        if version.failed_at is None and version.store is not None:
+            if _stat(self.path) != version.judged:  # changed since, and not yet looked at
+                return status._replace(failed_at=time.time())
         return status
-
-    def wake(self) -> None:
-        """Have the reloader look at the file now and reload it even if it looks unchanged."""
-        self._wake.set()
-
-    def close(self) -> None:
-        """Stop the reloader thread."""
-        self._closed = True
-        self._wake.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
 
     def refresh(self, force: bool = False) -> bool:
         """Look now, from this thread: load the file if it changed (always with ``force``); tell if
         it was."""
         with self._lock:
-            if not force and _stat(self.path) == self._state[0]:
+            if not force and _stat(self.path) == self._version.judged:
                 return False
             fault = self._load()
-            if fault is None:
-                logger.info("%s: reloaded", self.path)
-                return True
-            self._report(fault)
-            return False
+            if fault is not None:
+                self._report(fault)
+                return False
+        logger.info("%s: reloaded", self.path)
+        return True
 
+    def wake(self) -> None:
+        """Have the reloader look at the file now and reload it even if it looks unchanged.  It
+        takes no lock: a signal handler may call it (see wake_all)."""
+        with contextlib.suppress(OSError):  # full: a look is due already; closed: none is
+            self._wake_send.send(b"\0", getattr(socket, "MSG_NOSIGNAL", 0))
+
+    def close(self) -> None:
+        """Stop the reloader thread."""
+        self._closed = True
+        self.wake()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    # -- Writes ------------------------------------------------------------------------------------
     def update(
         self,
         digest: bytes,
@@ -1279,84 +1399,117 @@ class DataFile:
     ) -> str:
         """Make ``change(item, now, *args)`` to the item ``name`` of ``kind`` ("queues",
         "url_groups") of the account ``digest`` in the latest version, write the file, serve it
-        and say what it did; or LookupError (no such account), LimitReached, TooLarge, Conflict
-        (a file that does not load: kept), DataError (locked, unwritable). The writes that come
-        while one is written wait for it, then go in one version: one fsync for a burst."""
-        deadline, mine = (
-            time.monotonic() + LOCK_TIMEOUT,
-            [(digest, kind, name, change, args)],
-        )  # then its answer
-        with self._lock:
-            self._queued[id(mine)] = mine
+        and say what it did; or LookupError (no such account), LimitReached, TooLarge, Conflict (a
+        file that does not load: kept), Busy (the lock not had in time), DataError (unwritable).
+        The writes that come while one is written wait for it, then go in one version: one fsync
+        for a burst."""
+        write = _Write(digest, kind, name, change, args)
+        deadline = time.monotonic() + LOCK_TIMEOUT
+        with self._queue_lock:
+            if self._contended and len(self._queue) >= WAITING_WRITES:
+                raise Busy(
+                    [
+                        "%s: another process holds the lock and %d writes wait for it already; "
+                        "nothing was written" % (self.path, len(self._queue))
+                    ]
+                )
+            self._queue.append(write)
         if not self._writing.acquire(timeout=LOCK_TIMEOUT):
-            with self._lock:
-                if (
-                    self._queued.pop(id(mine), None) is not None
-                ):  # not taken by a write at work: withdrawn
-                    raise DataError(
+            with self._queue_lock:
+                if write in self._queue:  # not taken by the write at work: withdrawn
+                    self._queue.remove(write)
+                    raise Busy(
                         [
                             "%s: the writes before this one took over %g s; nothing was written"
                             % (self.path, LOCK_TIMEOUT)
                         ]
                     )
-            self._writing.acquire()  # taken: its answer comes with that write's
+            self._writing.acquire()  # taken: its outcome comes with that write's
         try:
-            if len(mine) == 1:  # not made with the writes before: make it, with those waiting
-                with self._lock:
-                    batch, self._queued = list(self._queued.values()), {}
-                try:
-                    self._write(batch, deadline)
-                except Exception as exc:
-                    for each in batch:
-                        each[1:] = [exc]
+            if not write.answered:
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                self._write_batch(batch, deadline)
         finally:
             self._writing.release()
-        if isinstance(mine[1], Exception):
-            raise mine[1]
-        return cast(str, mine[1])
+        if write.error is not None:
+            raise write.error
+        return cast(str, write.did)
 
-    def _write(self, batch: list[list[Any]], deadline: float) -> None:
-        """Make each change of ``batch`` (its answer appended to it) in one version of the file,
-        written once."""
-        with _locked(self.path, deadline) as (target, old):
+    def _write_batch(self, batch: list[_Write], deadline: float) -> None:
+        """Make every change of ``batch`` in one version of the file, written once; each gets its
+        outcome.  Precondition: _writing is held."""
+        try:
             for _ in range(WRITE_ATTEMPTS):
-                self.refresh()  # the version on disk: the one in service, or the file read again
-                signature, fresh, status = self._state
-                if (
-                    fresh is None or status.failed_at is not None
-                ):  # never overwrite a version that does not load
-                    raise Conflict(
-                        ["%s: does not load (the fault is logged); nothing was written" % self.path]
-                    )
-                store, now = fresh, int(time.time() * 1000)
-                for each in batch:
-                    digest, kind, name, change, args = each[0]
-                    try:
-                        account = fresh.by_digest[
-                            digest
-                        ]  # KeyError, a LookupError: no such account (any more)
-                        item = account.item(kind, name)
-                        new, did = change(item, now, *args)
-                        if new is not item:
-                            fresh = self._changed(fresh, account, kind, name, item, new)
-                        each[1:] = [did]
-                    except (LookupError, LimitReached, TooLarge) as exc:  # this change's own
-                        each[1:] = [exc]
-                if fresh is store:
-                    return
-                raw = fresh.lines()  # a read waits for the rename only:
-                with _written(target, raw, old, self.path, self.max_size) as rename, self._lock:
-                    if (
-                        _stat(self.path) == signature
-                    ):  # else saved by hand meanwhile: the changes again on it
-                        self._put(rename(), fresh, raw)
+                with _locked(self.path, deadline, self._waiting) as held:
+                    if self._write_held(held, batch):
                         return
             raise Conflict(
                 [
-                    "%s: saved by another hand %d times while a write was made; nothing was written"
-                    % (self.path, WRITE_ATTEMPTS)
+                    "%s: saved by another hand %d times while a write was made; nothing was "
+                    "written" % (self.path, WRITE_ATTEMPTS)
                 ]
             )
+        except Exception as exc:
+            for write in batch:
+                write.did, write.error = None, exc
+
+    def _write_held(self, held: _Held, batch: list[_Write]) -> bool:
+        """Read the file ``held``, make ``batch`` on it, and rename the new version over it if the
+        path still leads to it; tell whether that was done (else: again, on the new file)."""
+        found = _read_open(held.fd, self.path, self.max_size)
+        if found is None:  # written into meanwhile, by hand
+            return False
+        raw, signature = found
+        store = self._take(raw, signature)
+        fresh = self._apply(store, batch)
+        if fresh is store:
+            return True
+        pieces = fresh.lines()
+        # A read waits for the rename only.
+        with _written(held.target, pieces, held.stat, self.path, self.max_size) as rename:
+            with self._lock:
+                if not held.names(self.path, signature):  # re-pointed, replaced or written into
+                    return False
+                self._put(rename(), fresh, tuple(pieces))
+        return True
+
+    def _waiting(self, contended: bool) -> None:
+        with self._queue_lock:
+            self._contended = contended
+
+    def _take(self, raw: bytes, signature: Signature) -> Store:
+        """The store of the version ``raw`` read under the lock, put in service; or Conflict where
+        it does not load (never overwritten).  Precondition: the flock is held."""
+        with self._lock:
+            version = self._version
+            if version.judged == signature and version.failed_at is None:
+                return cast(Store, version.store)
+            try:
+                store = self._build(raw)
+            except DataError as exc:
+                self._refuse(signature, exc)
+                self._report(exc)
+                raise Conflict(
+                    ["%s: does not load (the fault is logged); nothing was written" % self.path]
+                ) from None
+            self._put(signature, store, (raw,))
+            return store
+
+    def _apply(self, store: Store, batch: list[_Write]) -> Store:
+        """``store`` with each change of ``batch`` made that can be; each notes its outcome."""
+        now = int(time.time() * 1000)
+        for write in batch:
+            write.did, write.error = None, None
+            try:
+                account = store.by_digest[write.digest]  # a KeyError (LookupError): no such account
+                item = account.item(write.kind, write.name)
+                new, write.did = write.change(item, now, *write.args)
+                if new is not item:
+                    store = self._changed(store, account, write.kind, write.name, item, new)
+            except (LookupError, LimitReached, TooLarge) as exc:  # this change's own
+                write.did, write.error = None, exc
+        return store
 
     def _changed(
         self,
@@ -1368,42 +1521,32 @@ class DataFile:
         new: Optional[Item],
     ) -> Store:
         """``store`` with ``new`` in place of ``item``; LimitReached or TooLarge past a limit (an
-        account that holds more may keep it, or shrink: the limits are for what writes make)."""
-        items, limits = getattr(account, kind), self.limits
-        if item is None and len(items) >= limits.items:
+        account or a file that holds more may keep it, or shrink: the limits are for what writes
+        make)."""
+        items = getattr(account, kind)
+        if item is None and len(items) >= self.limits.items:
+            noun = "URL groups" if kind == "url_groups" else "queues"
             raise LimitReached(
                 [
                     "this account has %d %s, the most a write may make (--max-items)"
-                    % (len(items), "URL groups" if kind == "url_groups" else "queues")
+                    % (len(items), noun)
                 ]
             )
         have = len(item.endpoints) if isinstance(item, UrlGroup) else 0
-        if isinstance(new, UrlGroup) and len(new.endpoints) > max(limits.endpoints, have):
+        if isinstance(new, UrlGroup) and len(new.endpoints) > max(self.limits.endpoints, have):
             raise LimitReached(
                 [
                     "a URL group may have %d endpoints at the most (--max-endpoints)"
-                    % limits.endpoints
+                    % self.limits.endpoints
                 ]
             )
-        items = (
-            {**items, name: new}
-            if new is not None
-            else {key: it for key, it in items.items() if key != name}
-        )
+        if new is None:
+            items = {key: value for key, value in items.items() if key != name}
+        else:
+            items = {**items, name: new}
         changed = dataclasses.replace(account, **{kind: items})  # type: ignore[arg-type]
-        if (
-            item is not None and new is not None
-        ):  # its bytes: the account's with the item's line swapped, not joined
-            old, line = map(attrgetter("lines" if kind == "url_groups" else "raw"), (item, new))
-            at = account.lines.find(b"\n  " + old) + 3  # a line is unique: the name is in it
-            if at > 2 and account.lines[at + len(old) : at + len(old) + 1] in (b",", b"\n"):
-                vars(changed)["lines"] = b"".join(
-                    (account.lines[:at], line, account.lines[at + len(old) :])
-                )
-        share, at = self.max_size // len(store.accounts), store.accounts.index(account)
-        if len(changed.lines) > max(
-            share, len(account.lines)
-        ):  # no account takes the room of the others
+        share = self.max_size // len(store.accounts)
+        if len(changed.lines) > max(share, len(account.lines)):  # none takes the others' room
             raise TooLarge(
                 [
                     "%s: this account would be %s, over its share of --max-size (%s: %d accounts)"
@@ -1415,102 +1558,85 @@ class DataFile:
                     )
                 ]
             )
+        at = store.accounts.index(account)
         fresh = dataclasses.replace(
             store, accounts=store.accounts[:at] + (changed,) + store.accounts[at + 1 :]
         )
-        vars(fresh)["by_digest"] = {
-            **store.by_digest,
-            changed.token_sha256: changed,
-        }  # a copy in C, not a loop
+        if fresh.size > max(self.max_size, store.size):
+            raise TooLarge(
+                [
+                    "%s: would be %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE)"
+                    % (self.path, megabytes(fresh.size), megabytes(self.max_size))
+                ]
+            )
         return fresh
 
-    def _parse(self, raw: bytes) -> Store:
-        """The store of ``raw``, reusing what it keeps of the one in service (see _kept; each
-        account read as a 0 that stands for it, see _Checker.account): another process's write
-        costs a compare and the parsing of what it changed.  A file edited by hand may be parsed
-        whole."""
-        (kept, changed, between), parts, at = _kept(self._state[1], raw), [], 0
-        for found, account in kept:
-            parts += [raw[at:found], b"0"]
-            at = found + len(account.lines)
-        if kept:
-            with contextlib.suppress(DataError):  # a fault: the whole parse says where
-                fresh = parse(
-                    b"".join(parts + [raw[at:]]),
-                    self.path,
-                    self._token,
-                    self._fallback,
-                    iter(account for _, account in kept),
-                )
-                if (
-                    len(fresh.accounts) == len(kept) + 1 and between[:1] + between[-1:] == b"{}"
-                ):  # one changed:
-                    vars(fresh.accounts[changed])["lines"] = (
-                        between  # its bytes are the file's, not encoded again
-                    )
-                return fresh
+    # -- The version in service --------------------------------------------------------------------
+    def _build(self, raw: bytes) -> Store:
+        """The store of ``raw``: what :func:`parse` makes of it, reusing the accounts of the one in
+        service that it keeps byte for byte (see _reuse)."""
+        reused = _reuse(raw, self._version.store)
+        if reused is not None:
+            return reused
         return parse(raw, self.path, self._token, self._fallback)
 
     def _load(self) -> Optional[DataError]:
-        """Read and build the file; return its fault, if any (callers hold the lock, or are the
-        constructor)."""
+        """Read and build the file; return its fault, if any.  Precondition: _lock is held, or
+        this is the constructor."""
         signature = None
         try:
             raw, signature = read(self.path, self.max_size)
-            self._put(signature, self._parse(raw), [raw])
+            self._put(signature, self._build(raw), (raw,))
             return None
         except DataError as exc:
             fault = exc
         except Exception:
             logger.exception("%s: cannot build a snapshot", self.path)
             fault = DataError([])
-        # A version read() refused comes with its signature; one not opened, or changing, with None:
-        # read again.
-        self._state = (
-            signature or fault.signature,
-            self._state[1],
-            self._state[2]._replace(failed_at=time.time()),
-        )
+        # A version read() refused comes with its signature; one not opened, or changing, with
+        # None: read again at the next look.
+        self._refuse(signature or fault.signature, fault)
         return fault
 
-    def _put(self, signature: Optional[Signature], store: Store, raw: list[bytes]) -> None:
-        """Put ``store`` in service, with the signature and the bytes it was built from: the one
-        place."""
-        self._state, self._raw, self._seen = (
-            (signature, store, Status(None, time.time())),
-            raw,
-            (None, None, set()),
-        )
+    def _put(self, signature: Optional[Signature], store: Store, pieces: tuple[bytes, ...]) -> None:
+        """Put ``store`` in service, as the version ``signature`` made of ``pieces``.
+        Precondition: _lock is held, or this is the constructor."""
+        self._version = _Version(signature, store, tuple(pieces), time.time())
         if self._fault is not None:
             logger.info("%s: good again", self.path)
             self._fault = None
 
+    def _refuse(self, signature: Optional[Signature], fault: DataError) -> None:
+        """Note that the version ``signature`` was judged and refused: the last good one stays.
+        Precondition: _lock is held, or this is the constructor."""
+        self._version = dataclasses.replace(self._version, judged=signature, failed_at=time.time())
+
     def _report(self, fault: DataError) -> None:
         """Log a fault when it starts (not at every look while it lasts)."""
         first = fault.faults[0] if fault.faults else type(fault).__name__
-        if first != self._fault:
-            self._fault, passing = (
-                first,
-                isinstance(fault, FileChanging),
-            )  # a writer busy with it: a warning
-            for line in fault.faults:
-                logger.log(logging.WARNING if passing else logging.ERROR, "%s", line)
-            if not passing:
-                logger.error(
-                    "%s: %s",
-                    self.path,
-                    "serving 503 until it is valid"
-                    if self._state[1] is None
-                    else "keeping the last good version",
-                )
+        if first == self._fault:
+            return
+        self._fault = first
+        passing = isinstance(fault, FileChanging)  # a writer busy with it: a warning
+        for line in fault.faults:
+            logger.log(logging.WARNING if passing else logging.ERROR, "%s", line)
+        if passing:
+            return
+        if self._version.store is None:
+            logger.error("%s: serving 503 until it is valid", self.path)
+        else:
+            logger.error("%s: keeping the last good version", self.path)
 
+    # -- The reloader thread and forks -------------------------------------------------------------
     def _start(self) -> None:
         """Start this process's reloader, holding only a weak reference: a DataFile nobody uses
-        stops it."""
-        self._wake = threading.Event()
+        stops it.  It waits on a socket pair, which wake() writes to without a lock."""
+        receive, self._wake_send = socket.socketpair()
+        self._wake_send.setblocking(False)
+        receive.settimeout(self.interval)
         self._thread = threading.Thread(
             target=_reloader,
-            args=(weakref.ref(self), self._wake, self.interval),
+            args=(weakref.ref(self), receive, self._wake_send),
             daemon=True,
             name="qstash-lists reloader: %s" % self.path,
         )
@@ -1526,46 +1652,32 @@ class DataFile:
             self.refresh()
 
 
-def _kept(store: Optional[Store], raw: bytes) -> tuple[list[tuple[int, Account]], int, bytes]:
-    """The accounts of ``store`` (of several) that ``raw`` begins and ends with, byte for byte and
-    where the writer puts them, each with its offset, in order; and what is between them (what
-    changed): its first account's index, its bytes."""
-    accounts = (
-        store.accounts
-        if store is not None and len(store.accounts) > 1 and raw.startswith(b'{"accounts": [\n{')
-        else ()
-    )
-    head, tail = [], []
-    i, j, at, end = 0, len(accounts), 15, len(raw) - 4  # after '{"accounts": [\n', before '\n]}\n'
-    while i < j and raw.startswith(accounts[i].lines, at):
-        head.append((at, accounts[i]))
-        i, at = i + 1, at + len(accounts[i].lines) + 2  # and ',\n'
-    while j > i and raw.endswith(accounts[j - 1].lines, at, end):
-        j, end = j - 1, end - len(accounts[j - 1].lines) - 2  # and ',\n'
-        tail.append((end + 2, accounts[j]))
-    return head + tail[::-1], i, raw[at:end]
-
-
 def _reloader(
-    ref: "weakref.ReferenceType[DataFile]", wake: threading.Event, interval: float
+    ref: "weakref.ReferenceType[DataFile]", receive: socket.socket, send: socket.socket
 ) -> None:
-    """The loop of a DataFile's reloader thread: look every ``interval`` seconds or when woken,
-    while it is open.  A writable one loads another process's writes when a request needs them
-    (see current), else once they pause."""
-    looked: Optional[Signature] = None
-    while True:
-        force = wake.wait(interval)
-        wake.clear()
-        data = ref()
-        if data is None or data._closed:
-            return
-        try:
-            before, looked = looked, _stat(data.path)
-            if force or not data.writable or looked == before:
+    """The loop of a DataFile's reloader thread: look every interval (the socket's timeout), and
+    at once when woken (``send``), while it is open; then close both sockets (a wake after that
+    is an OSError that wake() ignores)."""
+    try:
+        while True:
+            try:
+                force = bool(receive.recv(4096))  # what wake() sent (many wakes: one look)
+            except socket.timeout:
+                force = False
+            except OSError:  # closed under it: uWSGI closes every descriptor to re-execute itself
+                return
+            data = ref()
+            if data is None or data._closed:
+                return
+            try:
                 data.refresh(force)
-        except Exception:  # never let the reloader die
-            logger.exception("%s: reloader error", data.path)
-        del data  # wait without holding it
+            except Exception:  # never let the reloader die
+                logger.exception("%s: reloader error", data.path)
+            del data  # wait without holding it
+    finally:
+        for end in (receive, send):
+            with contextlib.suppress(OSError):
+                end.close()
 
 
 _open_files: "weakref.WeakSet[DataFile]" = weakref.WeakSet()
@@ -1577,12 +1689,12 @@ def after_fork() -> None:
     starts inside a fork hook)."""
     for data in list(_open_files):
         if not data._closed:
-            data._lock, data._writing, data._queued, data._forked = (
-                threading.Lock(),
-                threading.Lock(),
-                {},
-                True,
-            )
+            data._writing = threading.Lock()
+            data._lock = threading.Lock()
+            data._queue_lock = threading.Lock()
+            data._queue = []
+            data._contended = False
+            data._forked = True
 
 
 if hasattr(os, "register_at_fork"):
@@ -1590,6 +1702,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def wake_all() -> None:
-    """Have the reloader of every open DataFile look now (what SIGHUP does)."""
+    """Have the reloader of every open DataFile look now (what SIGHUP does): no lock is taken, so
+    a signal handler may call it."""
     for data in list(_open_files):
         data.wake()

@@ -60,7 +60,7 @@ def serve(
         )
         stop = threading.Event()
         thread = threading.Thread(
-            target=app.run, args=(server, socket_map, 5.0, stop), name="qstash-lists server"
+            target=app.run, args=(server, socket_map, 5.0, stop.is_set), name="qstash-lists server"
         )
         thread.start()
         try:

@@ -25,7 +25,7 @@ from helpers import (
 
 import testing
 
-# : A user's suite, as the README's section on tests has it, but with the standard library's HTTP
+#: A user's suite, as the README's section on tests has it, but with the standard library's HTTP
 # client (the SDK's
 #: own run is in tests/test_sdks.py): three tests each upsert the same queue and see only that one.
 USERS_SUITE = """

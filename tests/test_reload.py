@@ -125,7 +125,9 @@ def test_a_forced_look_reads_a_file_whose_signature_did_not_change(
     path: Path, monkeypatch: Any
 ) -> None:
     data = service.open_data(str(path), None, interval=3600)
-    monkeypatch.setattr(store, "_stat", lambda path: data._state[0])  # a clock too coarse to tell
+    monkeypatch.setattr(
+        store, "_stat", lambda path: data._version.judged
+    )  # a clock too coarse to tell
     write_json(path, version(8, 1))
     assert data.refresh() is False and served(data) == "v1-0"
     assert data.refresh(force=True) is True and served(data) == "v8-0"

@@ -383,7 +383,7 @@ def test_a_write_taken_by_the_write_at_work_is_answered_with_it_even_past_the_lo
     that was taken is written with that write, and answered as it is (never a 503 for a change
     that is made)."""
     data = service.open_data(str(path), None, interval=3600, writable=True)
-    taken: List[List[Any]] = []
+    taken: List[Any] = []
 
     # the write lock, held by a write at work that takes the waiting ones, then answers them
     class AtWork:
@@ -393,11 +393,11 @@ def test_a_write_taken_by_the_write_at_work_is_answered_with_it_even_past_the_lo
                 # the wait with a bound: meanwhile the write at work takes the queue, and the bound
                 # passes
             ):
-                taken.extend(data._queued.values())
-                data._queued.clear()
+                taken.extend(data._queue)
+                data._queue.clear()
                 return False
             for each in taken:
-                each[1:] = ["queue created"]  # made with the write at work
+                each.did = "queue created"  # made with the write at work
             return True
 
         def release(self) -> None:

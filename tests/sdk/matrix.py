@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE.parent))  # tests/, for helpers
 
 from helpers import ALPHA_GROUP, ALPHA_QUEUE, ROOT, SIGNING_KEYS, TOKEN_A, serving, write_json  # noqa: E402
 
-# : The releases checked: the last patch of each minor line (``--latest`` says when this falls
+#: The releases checked: the last patch of each minor line (``--latest`` says when this falls
 # behind).
 RELEASES = {
     "js": [
