@@ -1107,7 +1107,14 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
     return create_app(data, allowed_hosts=settings["allowed_hosts"] or ())
 
 
-def _open(settings: Mapping[str, Any], fallback: Optional[str], required: bool) -> store.DataFile:
+def _open(
+    settings: Mapping[str, Any],
+    fallback: Optional[str],
+    required: bool,
+    waiting_writes: int = store.WAITING_WRITES,
+) -> store.DataFile:
+    """The data file of ``settings``; ``waiting_writes``: see store.WAITING_WRITES (a server
+    whose thread count is known gives half of it)."""
     return open_data(
         settings["data"],
         settings["token"],
@@ -1117,6 +1124,7 @@ def _open(settings: Mapping[str, Any], fallback: Optional[str], required: bool) 
         required=required,
         writable=settings["writable"],
         limits=store.Limits(settings["max_items"], settings["max_endpoints"], settings["max_name"]),
+        waiting_writes=waiting_writes,
     )
 
 
@@ -1163,7 +1171,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         # waitress's "Task queue depth" warning, for each request that waits for a thread: a burst
         # floods the log.
         logging.getLogger("waitress.queue").setLevel(logging.ERROR)
-        data = _open(settings, fallback, required=True)
+        data = _open(settings, fallback, required=True, waiting_writes=settings["threads"] // 2)
     except store.TokenMissing as exc:
         return _fail(exc.faults + ["The built-in dev token serves only a loopback address."])
     except store.DataError as exc:

@@ -115,9 +115,9 @@ READ_ATTEMPTS = 4  # reads of a file that changes while it is read, in one look,
 LOCK_TIMEOUT = 1.0
 #: Versions saved by hand while one write works that it redoes its change on, before a 409.
 WRITE_ATTEMPTS = 3
-#: Writes that may wait in a process while another process holds the lock (then 503 at once), so
-#: that waiting writes never hold every thread a read needs.
-WAITING_WRITES = 4
+#: The writes a process may have at work while another process holds the lock (then 503 at once),
+#: so that waiting writes never hold every thread a read needs (python app.py: half its threads).
+WAITING_WRITES = 2
 _READ_CHUNK = 1 << 24
 _PIECES_A_CALL = 1000  # a writev's pieces, under IOV_MAX (1024)
 #: QStash's rule for the names of URL groups and queues (a 400 otherwise).
@@ -1291,6 +1291,7 @@ class DataFile:
     after_fork).  ``token``, ``fallback``: see :func:`parse`.  The first load raises DataError if
     ``required``; else :meth:`current` is None until a good version appears.  ``writable``:
     :meth:`update` writes the file, and :meth:`current` first loads another process's write.
+    ``waiting_writes``: see WAITING_WRITES.
 
     The locks, always taken in this order (none is held while waiting for a later one but by the
     writer, who waits for the flock holding ``_writing``):
@@ -1313,6 +1314,7 @@ class DataFile:
         required: bool = True,
         writable: bool = False,
         limits: Limits = Limits(),  # noqa: B008 (immutable)
+        waiting_writes: int = WAITING_WRITES,
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be positive")
@@ -1321,6 +1323,7 @@ class DataFile:
         self.max_size = max_size
         self.writable = writable
         self.limits = limits
+        self.waiting_writes = waiting_writes
         self._token = token
         self._fallback = fallback
         self._version = _Version()  # guarded by _lock: the one owner, _put and _refuse
@@ -1406,11 +1409,12 @@ class DataFile:
         write = _Write(digest, kind, name, change, args)
         deadline = time.monotonic() + LOCK_TIMEOUT
         with self._queue_lock:
-            if self._contended and len(self._queue) >= WAITING_WRITES:
+            # The write at work holds a thread too: it is not in the queue.
+            if self._contended and len(self._queue) + 1 >= self.waiting_writes:
                 raise Busy(
                     [
-                        "%s: another process holds the lock and %d writes wait for it already; "
-                        "nothing was written" % (self.path, len(self._queue))
+                        "%s: another process holds the lock, and %d writes here wait for it "
+                        "already; nothing was written" % (self.path, len(self._queue) + 1)
                     ]
                 )
             self._queue.append(write)

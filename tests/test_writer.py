@@ -1,0 +1,425 @@
+"""The writer probed as an attacker would: each case here broke it before its rebuild (a 200
+that left a file that is not JSON, a broken file taken as good, one file copied into another,
+SIGHUP bursts that hung the server, one account's refusal failing another's write, a read that
+missed a write answered, waiting writes that starved the reads, a retry under the lock of a file
+replaced)."""
+
+import fcntl
+import hashlib
+import http.client
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, cast
+
+import pytest
+from helpers import (
+    ROOT,
+    TOKEN_A,
+    TOKEN_B,
+    TOKEN_C,
+    Server,
+    accounts_document,
+    eventually,
+    free_port,
+    serving,
+    started,
+    write_json,
+)
+
+import app as service
+import store
+
+DIGEST_A = hashlib.sha256(TOKEN_A.encode()).digest()
+DIGEST_B = hashlib.sha256(TOKEN_B.encode()).digest()
+
+
+def ask(
+    server: Server, method: str, path: str, token: str = TOKEN_A, body: Any = None
+) -> Tuple[int, Any]:
+    """One request to a running server: its status and its JSON (None for an empty body)."""
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=30)
+    try:
+        data = None if body is None else json.dumps(body)
+        conn.request(method, path, data, {"Authorization": "Bearer " + token})
+        response = conn.getresponse()
+        raw = response.read()
+        return response.status, json.loads(raw) if raw else None
+    finally:
+        conn.close()
+
+
+def queue_names(server: Server, token: str = TOKEN_A) -> List[str]:
+    status, listed = ask(server, "GET", "/v2/queues", token)
+    assert status == 200, listed
+    return [queue["name"] for queue in listed]
+
+
+def loads(path: Path) -> store.Store:
+    """The file as a fresh process loads it (a whole parse): DataError if it does not."""
+    return store.load(str(path), None)
+
+
+# ---- 1, 2. Another process's file: reused exactly, or parsed whole -------------------------------
+def test_a_hand_written_last_account_then_a_write_to_another_leaves_a_file_that_loads(
+    tmp_path: Path,
+) -> None:
+    """The last account written by hand (its signingKeys last, no final newline), loaded by two
+    writable processes; a write to another account through one: the file still loads, and both
+    serve the write."""
+    path = write_json(tmp_path / "data.json", accounts_document())
+    with (
+        serving(path, "--writable", "--quiet") as one,
+        serving(path, "--writable", "--quiet") as two,
+    ):
+        assert ask(one, "POST", "/v2/queues", body={"queueName": "first"})[0] == 200  # its layout
+        raw = path.read_bytes()
+        last = {
+            "tokenSha256": hashlib.sha256(TOKEN_C.encode()).hexdigest(),
+            "queues": [],
+            "signingKeys": {"current": "sig_c", "next": "sig_n"},
+        }
+        at = raw.rindex(store.ACCOUNT_SEPARATOR + b"{") + len(store.ACCOUNT_SEPARATOR)
+        edited = raw[:at] + json.dumps(last).encode()
+        path.write_bytes(edited + b"\n]}")
+        assert ask(one, "GET", "/v2/keys", TOKEN_C)[1] == {"current": "sig_c", "next": "sig_n"}
+        assert ask(two, "GET", "/v2/keys", TOKEN_C)[1] == {"current": "sig_c", "next": "sig_n"}
+        assert ask(one, "POST", "/v2/queues", body={"queueName": "second"})[0] == 200
+        assert [queue.name for queue in loads(path).accounts[0].queues.values()] == [
+            "emails",
+            "first",
+            "second",
+        ]
+        assert queue_names(two) == ["emails", "first", "second"]
+        assert loads(path).accounts[2].signing_keys == ("sig_c", "sig_n")
+
+
+def test_a_stray_byte_before_an_unchanged_account_is_refused_and_never_written_over(
+    tmp_path: Path,
+) -> None:
+    """A ``1`` typed before an account the process has, byte for byte: not JSON, so the process
+    keeps the last good version, logs the fault, and a write answers 409 leaving the file as
+    edited."""
+    path = write_json(tmp_path / "data.json", accounts_document())
+    with serving(path, "--writable", "--quiet") as one:
+        assert ask(one, "POST", "/v2/queues", body={"queueName": "first"})[0] == 200
+        raw = path.read_bytes()
+        at = raw.index(store.ACCOUNT_SEPARATOR + b"{") + len(store.ACCOUNT_SEPARATOR)
+        path.write_bytes(raw[:at] + b"1" + raw[at:])
+        with pytest.raises(store.DataError):
+            loads(path)
+        assert ask(one, "POST", "/v2/queues", token=TOKEN_B, body={"queueName": "x"})[0] == 409
+        assert queue_names(one) == ["emails", "first"]
+        one.err.wait_for("keeping the last good version")
+        assert path.read_bytes() == raw[:at] + b"1" + raw[at:]
+        assert one.err.count("reloaded") == 0
+
+
+# ---- 3. The lock on what is renamed --------------------------------------------------------------
+def test_a_symlink_re_pointed_while_a_write_takes_the_lock_writes_the_new_target_alone(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """data.json is a link to a.json; as the writer opens a.json to lock it, the link is
+    re-pointed to b.json (ln -sfn): the write lands in b.json, built on b.json, and a.json is
+    left as it was."""
+    a = write_json(tmp_path / "a.json", accounts_document())
+    other = accounts_document()
+    other["accounts"][0]["queues"] = []
+    b = write_json(tmp_path / "b.json", other)
+    link = tmp_path / "data.json"
+    link.symlink_to("a.json")
+    data = service.open_data(str(link), None, interval=3600, writable=True)
+    before_a = a.read_bytes()
+    real_open, flipped = store._open, cast(List[str], [])
+
+    def open_then_re_pointed(target: str) -> int:
+        fd = real_open(target)
+        if target == str(a) and not flipped:
+            flipped.append(target)
+            (tmp_path / "new-link").symlink_to("b.json")
+            os.replace(tmp_path / "new-link", link)
+        return fd
+
+    monkeypatch.setattr(store, "_open", open_then_re_pointed)
+    assert data.update(DIGEST_A, "queues", "w", store.upsert_queue, "w", None, None) == (
+        "queue created"
+    )
+    assert flipped and a.read_bytes() == before_a
+    assert [q.name for q in store.load(str(b), None).accounts[0].queues.values()] == ["w"]
+    data.close()
+
+
+def test_a_version_renamed_over_the_file_during_a_write_is_written_under_its_own_lock(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A hand edit renamed over the file while the write works: the write is made again on it,
+    under the lock of that very file (another process's writer cannot write at the same time)."""
+    path = write_json(tmp_path / "data.json", accounts_document())
+    data = service.open_data(str(path), None, interval=3600, writable=True)
+    real_replace, renames, edited = os.replace, cast(List[str], []), cast(List[str], [])
+
+    def replaced(source: Any, target: Any) -> None:
+        if str(target) == str(path) and str(source).endswith("qstash-lists-tmp"):
+            probe = os.open(str(path), os.O_RDONLY)
+            try:  # another process's writer, on the file the path leads to now
+                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                renames.append("not locked")
+            except BlockingIOError:
+                renames.append("locked")
+            finally:
+                os.close(probe)
+        real_replace(source, target)
+
+    take = data._take
+
+    def edited_meanwhile(raw: bytes, signature: Any) -> Any:
+        store_ = take(raw, signature)
+        if not edited:  # the first try: an editor saves by renaming
+            edited.append("by hand")
+            document = accounts_document()
+            document["accounts"][1]["queues"] = []
+            write_json(tmp_path / "edit.json", document)
+            real_replace(tmp_path / "edit.json", path)
+        return store_
+
+    monkeypatch.setattr(data, "_take", edited_meanwhile)
+    monkeypatch.setattr(os, "replace", replaced)
+    assert data.update(DIGEST_A, "queues", "w", store.upsert_queue, "w", None, None) == (
+        "queue created"
+    )
+    assert renames == ["locked"]
+    written = store.load(str(path), None)
+    assert list(written.accounts[0].queues) == ["emails", "w"] and not written.accounts[1].queues
+    data.close()
+
+
+# ---- 4. Signals take no lock ---------------------------------------------------------------------
+def sighup_bursts(pid: int, bursts: int = 40, each: int = 5) -> None:
+    for _ in range(bursts):
+        for _ in range(each):
+            os.kill(pid, signal.SIGHUP)
+
+
+def test_the_sighup_handler_takes_no_lock(data_path: Path) -> None:
+    """What SIGHUP runs acquires no lock (an Event's set() does): a second signal that comes while
+    the first handler holds one, in the same thread, would wait for it forever."""
+    data = service.open_data(str(data_path), None, interval=3600)
+    taken: List[str] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "c_call" and arg.__name__ in ("acquire", "__enter__"):
+            taken.append(repr(arg))
+
+    sys.setprofile(profile)
+    try:
+        service._wake_all(signal.SIGHUP, None)
+    finally:
+        sys.setprofile(None)
+    assert taken == []
+    data.close()
+
+
+def test_sighup_bursts_never_hang_python_app_py_and_sigterm_still_stops_it(
+    data_path: Path,
+) -> None:
+    """200 SIGHUPs in bursts of 5 (log rotation, a supervisor): it answers after each burst, and
+    SIGTERM stops it, exit status 0 (a handler that took a lock hung it for good)."""
+    with serving(data_path, "--quiet") as server:
+        for _ in range(40):
+            sighup_bursts(server.proc.pid, bursts=1)
+            assert queue_names(server) == ["emails"]
+        status, _, err = server.stop()
+    assert status == 0 and "Traceback" not in err
+
+
+def test_sighup_bursts_never_hang_waitress_serve(data_path: Path) -> None:
+    """The same under waitress-serve, where make_app sets the SIGHUP handler."""
+    from test_hostile import deploy_command, wait_until_answered
+
+    port = free_port()
+    env = {"QSTASH_LISTS_DATA": str(data_path), "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "waitress"] + deploy_command("waitress-serve", port)[1:]
+    with started(command, env, cwd=str(data_path.parent)) as proc:
+        wait_until_answered(port)
+        for _ in range(40):
+            sighup_bursts(proc.pid, bursts=1)
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            conn.request("GET", "/v2/queues", headers={"Authorization": "Bearer " + TOKEN_A})
+            assert conn.getresponse().status == 200
+            conn.close()
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+        assert "Traceback" not in (proc.stderr.read() if proc.stderr else "")
+
+
+# ---- 5. Every refusal is the change's own --------------------------------------------------------
+def batch(data: store.DataFile, *writes: Tuple[bytes, str]) -> List[Any]:
+    """Make upserts of the queues ``(account's digest, name)`` in one version, as a burst of
+    writes is made; return each one's outcome (what it did, or its error)."""
+    made = [
+        store._Write(digest, "queues", name, store.upsert_queue, (name, None, None))
+        for digest, name in writes
+    ]
+    with data._writing:
+        data._write_batch(made, float("inf"))
+    return [write.did if write.error is None else type(write.error) for write in made]
+
+
+def test_a_change_over_its_accounts_share_is_refused_alone(data_path: Path) -> None:
+    """Account A is near its share of --max-size: its write is refused (507), and B's, made in the
+    same version, is written."""
+    loaded = store.load(str(data_path), None)
+    share = len(loaded.accounts[0].lines) + 40  # A cannot take one more queue
+    data = service.open_data(str(data_path), None, 3600, writable=True, max_size=share * 3)
+    assert batch(data, (DIGEST_A, "more"), (DIGEST_B, "more")) == [
+        store.TooLarge,
+        "queue created",
+    ]
+    assert [list(account.queues) for account in store.load(str(data_path), None).accounts] == [
+        ["emails"],
+        ["reports", "more"],
+        [],
+    ]
+    data.close()
+
+
+def test_the_change_that_takes_the_file_over_max_size_is_refused_alone(data_path: Path) -> None:
+    """Two changes that each fit, not both: the first is written, the second refused (507)."""
+    before = b"".join(store.load(str(data_path), None).lines())  # as the writer writes it
+    data_path.write_bytes(before)
+    alone = service.open_data(str(data_path), None, 3600, writable=True)
+    assert batch(alone, (DIGEST_B, "more")) == ["queue created"]
+    alone.close()
+    size = data_path.stat().st_size  # the file with the first change alone: the limit
+    data_path.write_bytes(before)
+    data = service.open_data(str(data_path), None, 3600, writable=True, max_size=size)
+    assert batch(data, (DIGEST_B, "more"), (DIGEST_A, "more")) == [
+        "queue created",
+        store.TooLarge,
+    ]
+    assert data_path.stat().st_size == size
+    data.close()
+
+
+# ---- 6. Read-your-writes at any size -------------------------------------------------------------
+def test_a_read_that_a_rename_overtakes_serves_the_version_it_read(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Each time a second process reads the file, a write renames another version over it: that
+    is not a writer at work (the version read is whole): it serves the write answered before it
+    looked, never the version before."""
+    path = write_json(tmp_path / "data.json", accounts_document())
+    writer = service.open_data(str(path), None, interval=3600, writable=True)
+    reader = service.open_data(str(path), None, interval=3600, writable=True)
+    assert writer.update(DIGEST_A, "queues", "first", store.upsert_queue, "first", 1, None)
+    real, reading, renamed = store.read_at_most, threading.local(), cast(List[str], [])
+
+    def overtaken(read: Any, limit: int) -> Optional[bytes]:
+        found = real(read, limit)
+        if getattr(reading, "now", False):
+            reading.now = False  # the writer's own read is not the reader's
+            name = "during-%d" % len(renamed)
+            renamed.append(
+                writer.update(DIGEST_B, "queues", name, store.upsert_queue, name, 1, None)
+            )
+            reading.now = True
+        return found
+
+    monkeypatch.setattr(store, "read_at_most", overtaken)
+    reading.now = True
+    seen = reader.current()
+    reading.now = False
+    assert renamed and seen is not None and "first" in seen.accounts[0].queues
+    writer.close()
+    reader.close()
+
+
+def test_each_write_answered_through_one_process_is_read_back_through_another(
+    tmp_path: Path,
+) -> None:
+    """Six clients write through one process on a larger file; each 200, read back at once
+    through the other process, has the value written."""
+    document = accounts_document()
+    document["accounts"][1]["queues"] = [
+        {"createdAt": 1, "updatedAt": 1, "name": "b%d" % i, "parallelism": 1, "lag": 0}
+        for i in range(5000)
+    ]
+    path = write_json(tmp_path / "data.json", document)
+    stale: List[Tuple[str, Any]] = []
+    with (
+        serving(path, "--writable", "--quiet") as one,
+        serving(path, "--writable", "--quiet") as two,
+    ):
+
+        def client(i: int) -> None:
+            for round_ in range(8):
+                name, parallelism = "c%d" % i, round_ + 1
+                body = {"queueName": name, "parallelism": parallelism}
+                assert ask(one, "POST", "/v2/queues", body=body)[0] == 200
+                status, found = ask(two, "GET", "/v2/queues/" + name)
+                if status != 200 or found["parallelism"] != parallelism:
+                    stale.append((name, found))
+
+        clients = [threading.Thread(target=client, args=(i,)) for i in range(6)]
+        for thread in clients:
+            thread.start()
+        for thread in clients:
+            thread.join()
+    assert stale == []
+
+
+# ---- 7. Waiting writes never starve reads --------------------------------------------------------
+def test_while_another_process_holds_the_lock_waiting_writes_leave_threads_for_reads(
+    data_path: Path, monkeypatch: Any
+) -> None:
+    """Another process holds the lock (for as long as this test likes) and 16 clients write: a
+    bounded number wait, the rest are 503 with Retry-After at once, and a read of another account
+    is answered while the lock is still held; once it is let go, the waiting writes are made."""
+    from waitress import create_server
+
+    monkeypatch.setattr(store, "LOCK_TIMEOUT", 600)  # the writes would wait for the test
+    data = service.open_data(str(data_path), None, 3600, writable=True, waiting_writes=2)
+    socket_map: Dict[int, Any] = {}
+    server = create_server(
+        service.create_app(data, access_log=False),
+        map=socket_map,
+        port=0,
+        threads=4,
+        **service.WAITRESS_SETTINGS,
+    )
+    stop = threading.Event()
+    serving_thread = threading.Thread(
+        target=service.run, args=(server, socket_map, 5.0, stop.is_set)
+    )
+    serving_thread.start()
+    local = Server.__new__(Server)
+    local.host, local.port = "127.0.0.1", server.effective_port
+    statuses: List[int] = []
+
+    def write(i: int) -> None:
+        statuses.append(ask(local, "POST", "/v2/queues", body={"queueName": "w%d" % i})[0])
+
+    holder = os.open(str(data_path), os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another process's writer, at work
+    try:
+        first = threading.Thread(target=write, args=(0,))
+        first.start()
+        eventually(lambda: data._contended)
+        others = [threading.Thread(target=write, args=(i,)) for i in range(1, 16)]
+        for thread in others:
+            thread.start()
+        eventually(lambda: len(statuses) == 14)  # all but the two that wait: 503 at once
+        assert statuses == [503] * 14
+        assert queue_names(local, TOKEN_B) == ["reports"]  # answered while the lock is held
+    finally:
+        os.close(holder)  # lets go of the lock
+    for thread in [first] + others:
+        thread.join()
+    assert sorted(statuses) == [200, 200] + [503] * 14
+    stop.set()
+    server.pull_trigger()
+    serving_thread.join()
+    data.close()
