@@ -41,6 +41,7 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
+    Union,
 )
 from urllib.parse import quote, unquote_to_bytes
 
@@ -76,9 +77,6 @@ __all__ = [
     "run",
 ]
 
-Answer = Tuple[
-    str, List[Tuple[str, str]], bytes, Optional[str]
-]  # status, headers, body, why (for the log only)
 StartResponse = Callable[..., Callable[[bytes], object]]
 WSGIEnvironment = Dict[str, Any]
 WSGIApplication = Callable[[WSGIEnvironment, StartResponse], Iterable[bytes]]
@@ -88,9 +86,8 @@ DEV_TOKEN = "eyJVc2VySUQiOiJkZWZhdWx0VXNlciIsIlBhc3N3b3JkIjoiZGVmYXVsdFBhc3N3b3J
 #: ... and its signing keys (published in @upstash/qstash as DEV_CREDENTIALS), served to it.
 DEV_SIGNING_KEYS = ("sig_7kYjw48mhY7kAjqNGcy6cr29RJ6r", "sig_5ZB6DVzB1wjE8S6rZ7eenA8Pdnhs")
 _DEV_DIGEST = hashlib.sha256(DEV_TOKEN.encode()).digest()
-HEALTH_PATH = (
-    "/healthz"  # no token needed; it says which version of the data file is served (see health)
-)
+#: No token needed; it says which version of the data file is served (see health).
+HEALTH_PATH = "/healthz"
 #: The route table, the one place that names the paths: a path ("{name}" is an item's name, one
 #: segment) -> the methods it answers.  GET (and so HEAD) reads; the others write, with --writable.
 ROUTES: Dict[str, Tuple[str, ...]] = {
@@ -111,17 +108,28 @@ FIELDS = {
     "/v2/keys": ("signing_keys", ""),
 }
 GZIP_MIN = 1024  # bodies shorter than this are not worth compressing
-# one account's lists: no shared cache keeps them; revalidated (RFC 9111, 5.2.2)
+#: One account's lists: no shared cache keeps them; revalidated (RFC 9111, 5.2.2).
 PRIVATE = "private, no-cache"
 NO_STORE = "no-store"  # signing keys (secrets), errors, writes, health: no cache stores them at all
 MAX_BODY = 64 * 1024  # the largest body a write takes (QStash's carry a few hundred bytes)
+#: The 503 while no good version of the data file has been loaded (see make_app).
 UNAVAILABLE = (
     "service unavailable: the server's data file cannot be served yet; the server log names the "
-    "fault and "
-    "its fix, and the file is served as soon as it is good"
-)  # no good version of it yet (see make_app)
-#: waitress's settings, measured (docs/deploying.md); the benchmark's baseline and waitress-serve's
-# recipe use them.
+    "fault and its fix, and the file is served as soon as it is good"
+)
+#: The 403 to a request from a web page.
+FROM_A_PAGE = (
+    "forbidden: this server takes no request from a web page (it has no CORS): any site could "
+    "otherwise read and change your lists; call it from your code, an SDK or curl"
+)
+#: The 403 to the dev token by a name that is not this machine's (DNS rebinding).
+DEV_TOKEN_HOST = (
+    "forbidden: the dev token is public, so it is taken only from a client that names this server "
+    "by an IP address or localhost; to allow a name: --allowed-hosts NAME "
+    "(QSTASH_LISTS_ALLOWED_HOSTS)"
+)
+#: waitress's settings, measured (docs/deploying.md); the benchmark's baseline and
+#: waitress-serve's recipe use them.
 WAITRESS_SETTINGS: Dict[str, Any] = {
     "ident": "qstash-lists",  # the Server header: no version numbers (--record knows itself by it)
     # Bodies go by reference (wsgi.file_wrapper): a slow reader holds no worker, as the default
@@ -135,18 +143,15 @@ WAITRESS_SETTINGS: Dict[str, Any] = {
     "max_request_body_size": MAX_BODY,
 }
 #: The servers whose wsgi.file_wrapper keeps a body by reference until it is read (waitress: no
-# copy), by the
-#: wrapper's module; others read a BytesIO back in 4-8 KB writes, so they get the bytes whole
-# (benchmark: table).
+#: copy), by the wrapper's module; others read a BytesIO back in 4-8 KB writes, so they get the
+#: bytes whole (benchmark: table).
 BY_REFERENCE = ("waitress.",)
-LOGGED_QUERY_FIELDS = (
-    8  # at most this many fields of a query in the access log (names only: a value may be a token)
-)
+#: At most this many fields of a query in the access log (names only: a value may be a token).
+LOGGED_QUERY_FIELDS = 8
 SHOWN_NAME = 100  # a name longer than this is cut short where a message repeats it
 MAX_QUERY_TOKENS = 16  # more differently written qstash_token values than this are refused unread
-ACCESS_LOG_BACKLOG = (
-    10000  # lines held for a log stream that does not keep up; past that, dropped and counted
-)
+#: Lines held for a log stream that does not keep up; past that, dropped and counted.
+ACCESS_LOG_BACKLOG = 10000
 ACCESS_LOG_CLOSE_TIMEOUT = 1.0  # how long the access log may take to write its last lines at a stop
 MAX_THREADS = 1024  # the most --threads allows (each has a stack; thousands only queue on 2 cores)
 
@@ -155,31 +160,66 @@ access_logger = logging.getLogger("qstash_lists.access")
 
 
 # ---- Errors: one type, rendered in one place -----------------------------------------------------
+class Answer(NamedTuple):
+    """What the app answers a request: as start_response takes it, the body, and why (for the
+    access log only)."""
+
+    status: str  # the status line, such as "200 OK"
+    headers: List[Tuple[str, str]]
+    body: bytes
+    why: Optional[str] = None
+
+
 class HTTPError(Exception):
-    """An error answer: a status, a JSON ``{"error": message}`` body, extra headers, and ``why`` for
-    the log only."""
+    """An error answer: its status (a class attribute, as werkzeug's), a JSON ``{"error": message}``
+    body, extra headers, and ``why`` for the log only."""
 
     status = HTTPStatus.INTERNAL_SERVER_ERROR
     message = "internal server error; the server log has the details"
+    headers: Sequence[Tuple[str, str]] = ()
 
     def __init__(
         self,
         message: Optional[str] = None,
         headers: Sequence[Tuple[str, str]] = (),
         why: Optional[str] = None,
-        status: Optional[HTTPStatus] = None,
     ) -> None:
-        self.message, self.status, self.headers, self.why = (
-            message or self.message,
-            status or self.status,
-            list(headers),
-            why,
-        )
+        self.message = message or self.message
+        self.headers = list(self.headers) + list(headers)
+        self.why = why
         super().__init__(self.message)
 
     def render(self) -> Answer:
-        """Return the status line, headers, body and why of this error."""
+        """Return the answer of this error."""
         return _json_answer(self.status, {"error": self.message}, self.headers, self.why)
+
+
+class BadRequest(HTTPError):
+    """A name outside QStash's rule, or a write's body that is not what QStash takes."""
+
+    status = HTTPStatus.BAD_REQUEST
+
+
+class Unauthorized(HTTPError):
+    """No credential, or a bad one: one answer for all, the reason logged only (RFC 6750, 3.1)."""
+
+    status = HTTPStatus.UNAUTHORIZED
+    message = (
+        "unauthorized: send your QStash token as 'Authorization: Bearer <token>' or as the "
+        "qstash_token query parameter"
+    )
+
+    def __init__(self, why: str) -> None:
+        challenge = 'Bearer realm="qstash"'
+        if why != "no credential":
+            challenge += ', error="invalid_token"'
+        super().__init__(None, [("WWW-Authenticate", challenge)], why)
+
+
+class Forbidden(HTTPError):
+    """A request from a web page, or the dev token from a name that is not this machine's."""
+
+    status = HTTPStatus.FORBIDDEN
 
 
 class NotFound(HTTPError):
@@ -188,15 +228,9 @@ class NotFound(HTTPError):
     status = HTTPStatus.NOT_FOUND
     message = (
         "not found: this server answers /v2/topics, /v2/topics/<name>, "
-        "/v2/topics/<name>/endpoints, "
-        "/v2/queues, /v2/queues/<name>, /v2/queues/<name>/pause and /resume, and /v2/keys"
+        "/v2/topics/<name>/endpoints, /v2/queues, /v2/queues/<name>, /v2/queues/<name>/pause and "
+        "/resume, and /v2/keys"
     )
-
-
-class BadRequest(HTTPError):
-    """A name outside QStash's rule, or a write's body that is not what QStash takes."""
-
-    status = HTTPStatus.BAD_REQUEST
 
 
 class MethodNotAllowed(HTTPError):
@@ -206,39 +240,52 @@ class MethodNotAllowed(HTTPError):
     status = HTTPStatus.METHOD_NOT_ALLOWED
 
     def __init__(self, allowed: Sequence[str], takes: Sequence[str], method: str) -> None:
-        writes = ", ".join(m for m in takes if m not in allowed)  # a read-only server's
-        message = (
-            "method not allowed: this server is read-only; start it with --writable (or "
-            "QSTASH_LISTS_WRITABLE"
-            "=1) to take QStash's writes of URL groups and queues"
-            if method in takes
-            else "method not allowed: "
-            "this path answers %s"
-            % ", ".join(list(takes) + ["HEAD"] * ("GET" in takes))
-            + (
-                " (%s: writes, taken once the server is started with --writable, or "
-                "QSTASH_LISTS_WRITABLE=1)" % writes
-                if writes
-                else ""
+        writes = [m for m in takes if m not in allowed]  # what a read-only server does not take
+        if method in writes:
+            message = (
+                "method not allowed: this server is read-only; start it with --writable (or "
+                "QSTASH_LISTS_WRITABLE=1) to take QStash's writes of URL groups and queues"
             )
-        )
+        else:
+            answers = list(takes) + (["HEAD"] if "GET" in takes else [])
+            message = "method not allowed: this path answers %s" % ", ".join(answers)
+            if writes:
+                message += (
+                    " (%s: writes, taken once the server is started with --writable, or "
+                    "QSTASH_LISTS_WRITABLE=1)" % ", ".join(writes)
+                )
         super().__init__(message, [("Allow", ", ".join(allowed))])
 
 
-class Unauthorized(HTTPError):
-    """No credential, or a bad one: one answer for all, the reason logged only (RFC 6750, 3.1)."""
+class Conflict(HTTPError):
+    """A write on a data file that was edited by hand and does not load."""
 
-    status = HTTPStatus.UNAUTHORIZED
-    message = (
-        "unauthorized: send your QStash token as 'Authorization: Bearer <token>' "
-        "or as the qstash_token query parameter"
-    )
+    status = HTTPStatus.CONFLICT
 
-    def __init__(self, why: str) -> None:
-        challenge = 'Bearer realm="qstash"' + (
-            "" if why == "no credential" else ', error="invalid_token"'
-        )
-        super().__init__(None, [("WWW-Authenticate", challenge)], why)
+
+class PreconditionFailed(HTTPError):
+    """A write past a limit of what writes may make."""
+
+    status = HTTPStatus.PRECONDITION_FAILED
+
+
+class PayloadTooLarge(HTTPError):
+    """A write's body over MAX_BODY."""
+
+    status = HTTPStatus.REQUEST_ENTITY_TOO_LARGE
+
+
+class InsufficientStorage(HTTPError):
+    """A write that would take the file over --max-size, or its account over its share."""
+
+    status = HTTPStatus.INSUFFICIENT_STORAGE
+
+
+class ServiceUnavailable(HTTPError):
+    """No good version of the data file yet, or a write that cannot be made now: try again."""
+
+    status = HTTPStatus.SERVICE_UNAVAILABLE
+    headers = (("Retry-After", "1"),)
 
 
 def _no_such(noun: str, name: str) -> NotFound:
@@ -256,18 +303,13 @@ def _json_answer(
 ) -> Answer:
     """An answer of its own (an error, a write, the health check): compact JSON, never cached."""
     body = store.encode(document)
-    return (
-        "%d %s" % (status, status.phrase),
-        [
-            ("Content-Type", "application/json"),
-            ("Content-Length", str(len(body))),
-            ("Cache-Control", NO_STORE),
-            ("X-Content-Type-Options", "nosniff"),
-        ]
-        + list(headers),
-        body,
-        why,
-    )
+    own = [
+        ("Content-Type", "application/json"),
+        ("Content-Length", str(len(body))),
+        ("Cache-Control", NO_STORE),
+        ("X-Content-Type-Options", "nosniff"),
+    ]
+    return Answer("%d %s" % (status, status.phrase), own + list(headers), body, why)
 
 
 # ---- Response bodies: encoded once per loaded data file ------------------------------------------
@@ -342,18 +384,29 @@ def body(account: store.Account, path: str, name: Optional[str]) -> Optional[Bod
 
 
 # ---- Requests: the route, the credential, a write's body -----------------------------------------
-def _route(path_info: str) -> Tuple[str, Optional[str]]:
-    """Return the route of ``path_info`` (a trailing slash dropped) and the item's name in it; raise
-    NotFound."""
+class Target(NamedTuple):
+    """What a request's path names: its route (a key of ROUTES) and the item's name in it."""
+
+    route: str
+    name: Optional[str] = None
+
+    @property
+    def collection(self) -> str:
+        """The collection the route is in (a key of FIELDS, or HEALTH_PATH)."""
+        return self.route.split("/{")[0]
+
+
+def _route(path_info: str) -> Target:
+    """Return what ``path_info`` names (a trailing slash dropped); raise NotFound."""
     path = path_info[:-1] if path_info.endswith("/") else path_info
     if path in ROUTES:
-        return path, None
+        return Target(path)
     parts = path.split("/")  # "", "v2", "queues", "<name>"[, "pause"] -- split once, look up twice
     if len(parts) > 3 and parts[3]:  # a route of its own names each deeper path
         name, parts[3] = parts[3], "{name}"
         route = "/".join(parts)
         if route in ROUTES:
-            return route, name
+            return Target(route, name)
     raise NotFound()
 
 
@@ -426,10 +479,7 @@ def _body(environ: WSGIEnvironment) -> Dict[str, Any]:
     if not (length.isascii() and length.isdigit()) or len(length) > 9:
         raise BadRequest("bad request: a Content-Length of a whole number of bytes is needed")
     if int(length) > MAX_BODY:
-        raise HTTPError(
-            "payload too large: a write's body is at most %d bytes" % MAX_BODY,
-            status=HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-        )
+        raise PayloadTooLarge("payload too large: a write's body is at most %d bytes" % MAX_BODY)
     raw = environ["wsgi.input"].read(int(length)) if int(length) else b""
     try:
         body = json.loads(raw, object_pairs_hook=store.unique_keys)
@@ -510,81 +560,79 @@ def _host_is_local(host: Optional[str], allowed: Iterable[str]) -> bool:
 def respond(
     environ: WSGIEnvironment, source: store.DataFile, allowed_hosts: Iterable[str] = ()
 ) -> Answer:
-    """Answer one request: a web page's refused; the route, the method, the health check; name,
-    auth, body or change."""
-    if environ.get("HTTP_ORIGIN") is not None or environ.get("HTTP_SEC_FETCH_SITE") in (
-        "cross-site",
-        "same-site",
-    ):
-        raise HTTPError(
-            "forbidden: this server takes no request from a web page (it has no CORS): any site "
-            "could "
-            "otherwise read and change your lists; call it from your code, an SDK or curl",
-            why="from a web page",
-            status=HTTPStatus.FORBIDDEN,
-        )
-    route, name = _route(environ.get("PATH_INFO", ""))
-    method, allowed = environ.get("REQUEST_METHOD", ""), _ALLOWED[route, source.writable]
+    """Answer one request: a web page's refused; the route, the method, the health check; the
+    name, the credential, then the read or the write."""
+    _refuse_web_pages(environ)
+    target = _route(environ.get("PATH_INFO", ""))
+    method = environ.get("REQUEST_METHOD", "")
+    allowed = _ALLOWED[target.route, source.writable]
     if method not in allowed:
-        raise MethodNotAllowed(allowed, ROUTES[route], method)
-    if route == HEALTH_PATH:
+        raise MethodNotAllowed(allowed, ROUTES[target.route], method)
+    if target.route == HEALTH_PATH:
         return health(source.status())
-    collection = route.split("/{")[0] if name is not None else route
-    # A queue's name outside QStash's rule is a 400, as QStash's; a URL group's is one that is not
-    # there (a 404).
-    if (
-        name is not None
-        and not store.is_name(name)
-        and (collection == "/v2/queues" or method == "POST")
-    ):
-        raise BadRequest(
-            "bad request: a %s's name has %s" % (FIELDS[collection][1], store.NAME_RULE)
-        )
+    _check_name(target, method)
+    account = _account(environ, source, allowed_hosts)
+    if method in ("GET", "HEAD"):
+        return read(environ, account, target)
+    return write(environ, source, account, target)
+
+
+def _refuse_web_pages(environ: WSGIEnvironment) -> None:
+    """Refuse a request that a web page sent (it has an Origin, or says it comes from a site)."""
+    if environ.get("HTTP_ORIGIN") is not None:
+        raise Forbidden(FROM_A_PAGE, why="from a web page")
+    if environ.get("HTTP_SEC_FETCH_SITE") in ("cross-site", "same-site"):
+        raise Forbidden(FROM_A_PAGE, why="from a web page")
+
+
+def _check_name(target: Target, method: str) -> None:
+    """A queue's name outside QStash's rule is a 400, as QStash's; a URL group's is one that is not
+    there (a 404, from the read), unless a write would create it."""
+    if target.name is None or store.is_name(target.name):
+        return
+    if target.collection == "/v2/queues" or method == "POST":
+        noun = FIELDS[target.collection][1]
+        raise BadRequest("bad request: a %s's name has %s" % (noun, store.NAME_RULE))
+
+
+def _account(
+    environ: WSGIEnvironment, source: store.DataFile, allowed_hosts: Iterable[str]
+) -> store.Account:
+    """The account of the request's token, in the newest version; or the error that says why not."""
     token = _credential(environ)
     loaded = source.current()
     if loaded is None:
-        raise HTTPError(
-            UNAVAILABLE,
-            [("Retry-After", "1")],
-            "no good data file yet",
-            HTTPStatus.SERVICE_UNAVAILABLE,
-        )
+        raise ServiceUnavailable(UNAVAILABLE, why="no good data file yet")
     account = loaded.find(token)
     if account is None:
         raise Unauthorized("unknown token")
-    if account.token_sha256 == _DEV_DIGEST and not _host_is_local(
-        environ.get("HTTP_HOST"), allowed_hosts
-    ):
-        raise HTTPError(
-            "forbidden: the dev token is public, so it is taken only from a client that names this "
-            "server "
-            "by an IP address or localhost; to allow a name: --allowed-hosts NAME "
-            "(QSTASH_LISTS_ALLOWED_HOSTS)",
-            why="dev token, Host not local",
-            status=HTTPStatus.FORBIDDEN,
-        )
-    if method not in ("GET", "HEAD"):
-        return write(environ, source, account, route, name)
-    found = body(account, collection, name)
+    if account.token_sha256 == _DEV_DIGEST:
+        if not _host_is_local(environ.get("HTTP_HOST"), allowed_hosts):
+            raise Forbidden(DEV_TOKEN_HOST, why="dev token, Host not local")
+    return account
+
+
+def read(environ: WSGIEnvironment, account: store.Account, target: Target) -> Answer:
+    """Answer a GET (or HEAD) of a collection or one of its items: 200, or 304 if the client has
+    it; gzip where it is asked for and pays."""
+    found = body(account, target.collection, target.name)
     if found is None:
         raise NotFound(
             "not found: the data file gives this account no signing keys (its signingKeys)",
             why="no signing keys",
         )
-    if (
-        found.compressible
-        and (accepted := environ.get("HTTP_ACCEPT_ENCODING"))
-        and _accepts_gzip(accepted)
-    ):
+    accepted = environ.get("HTTP_ACCEPT_ENCODING")
+    if found.compressible and accepted and _accepts_gzip(accepted):
         found = found.gzipped()
     # Fresh lists each time: some servers (wsgiref) add their own headers to ours.
-    if (if_none_match := environ.get("HTTP_IF_NONE_MATCH")) and _matches(if_none_match, found.etag):
-        return "304 Not Modified", list(found.not_modified), b"", None
-    return "200 OK", list(found.headers), found.data, None
+    if_none_match = environ.get("HTTP_IF_NONE_MATCH")
+    if if_none_match and _matches(if_none_match, found.etag):
+        return Answer("304 Not Modified", list(found.not_modified), b"")
+    return Answer("200 OK", list(found.headers), found.data)
 
 
 #: The methods each route answers, read-only or writable: with HEAD where it has GET (RFC 9110,
-# 9.3.2).
+#: 9.3.2).
 _ALLOWED = {
     (route, writable): tuple(m for m in methods if writable or m == "GET")
     + ("HEAD",) * ("GET" in methods)
@@ -593,125 +641,130 @@ _ALLOWED = {
 }
 
 
+class Change(NamedTuple):
+    """A write's change to one item, as store.DataFile.update takes it."""
+
+    name: str  # the item's
+    make: Callable[..., Tuple[Optional[store.Item], str]]  # one of store's changes
+    args: Tuple[Any, ...]  # what it takes after the item and the time
+
+
+def change(environ: WSGIEnvironment, target: Target, longest: int) -> Change:
+    """The change that a write asks for, from its route and body; BadRequest for a bad one.
+    ``longest``: the longest name a write may give (--max-name)."""
+    name = target.name or ""
+    if target.route == "/v2/queues":
+        return _upsert(_body(environ), longest)
+    if target.route.endswith("/endpoints") and environ.get("REQUEST_METHOD") == "POST":
+        if len(name) > longest:
+            raise BadRequest(
+                "bad request: a URL group's name is at most %d characters (--max-name)" % longest
+            )
+        return Change(name, store.add_endpoints, (name, _endpoints(_body(environ), True)))
+    if target.route.endswith("/endpoints"):
+        return Change(name, store.remove_endpoints, (_endpoints(_body(environ), False),))
+    if target.route.endswith("/pause"):
+        return Change(name, store.pause_queue, (True,))
+    if target.route.endswith("/resume"):
+        return Change(name, store.pause_queue, (False,))
+    return Change(name, store.delete_item, ())
+
+
+def _upsert(body: Dict[str, Any], longest: int) -> Change:
+    """The change of a queue's upsert (``queueName``, ``parallelism``, ``paused``)."""
+    name = _field(
+        body,
+        "queueName",
+        lambda v: store.is_name(v) and len(v) <= longest,
+        "a name of %s, at most %d characters (--max-name)" % (store.NAME_RULE, longest),
+    )
+    parallelism = _field(
+        body,
+        "parallelism",
+        lambda v: v is None or (store.is_whole(v) and v >= 1),
+        "a whole number from 1 to 2**53 - 1 (1 if left out)",
+    )
+    paused = _field(body, "paused", lambda v: v is None or type(v) is bool, "true or false")
+    return Change(name, store.upsert_queue, (name, parallelism, paused))
+
+
+def write(
+    environ: WSGIEnvironment, source: store.DataFile, account: store.Account, target: Target
+) -> Answer:
+    """Make one of QStash's writes to the token's account in the data file; answer the item as it
+    is now."""
+    field, noun = FIELDS[target.collection]
+    asked = change(environ, target, source.limits.name)
+    try:
+        did = source.update(account.token_sha256, field, asked.name, asked.make, *asked.args)
+    except LookupError:
+        raise Unauthorized("account gone") from None
+    except store.DataError as exc:
+        raise _refused(exc) from None
+    if did == "no such " + noun:
+        raise _no_such(noun, asked.name)
+    # This write's version, or a later one.
+    fresh = typing.cast(store.Store, source.current()).by_digest.get(account.token_sha256)
+    item = fresh.item(field, asked.name) if fresh is not None and asked.name else None
+    return _json_answer(HTTPStatus.OK, item or {}, why=did)
+
+
 class Refusal(NamedTuple):
     """What a write that the data file's state refused answers."""
 
-    status: HTTPStatus
+    error: typing.Type[HTTPError]
     message: Optional[str]  # None: the refusal's own words (a limit, which names no file)
     why: str  # for the access log
 
 
 #: Each kind of refusal (store's DataError and its subclasses); a kind not listed answers as its
-#: nearest parent that is (see _refusal).
+#: nearest parent that is (see _refused).
 REFUSALS: Dict[type, Refusal] = {
-    store.LimitReached: Refusal(HTTPStatus.PRECONDITION_FAILED, None, "over a limit"),
+    store.LimitReached: Refusal(PreconditionFailed, None, "over a limit"),
     store.Conflict: Refusal(
-        HTTPStatus.CONFLICT,
-        "conflict: the data file on the server was edited and does not load; "
-        "nothing was written; the server log names the fault",
+        Conflict,
+        "conflict: the data file on the server was edited and does not load; nothing was written; "
+        "the server log names the fault",
         "file invalid",
     ),
     store.TooLarge: Refusal(
-        HTTPStatus.INSUFFICIENT_STORAGE,
+        InsufficientStorage,
         "insufficient storage: the data file would be over the server's --max-size, or this "
         "account over its share of it; nothing was written",
         "too large",
     ),
     store.DataError: Refusal(
-        HTTPStatus.SERVICE_UNAVAILABLE,
-        "service unavailable: the data file cannot be written now; nothing was written; the "
-        "server log says why",
+        ServiceUnavailable,
+        "service unavailable: the data file cannot be written now; nothing was written; the server "
+        "log says why",
         "not written",
     ),
 }
 
 
-def _refusal(exc: store.DataError) -> Refusal:
-    """The answer to ``exc``: its class's, or its nearest parent's, along its MRO."""
-    return next(REFUSALS[cls] for cls in type(exc).__mro__ if cls in REFUSALS)
-
-
-def write(
-    environ: WSGIEnvironment,
-    source: store.DataFile,
-    account: store.Account,
-    route: str,
-    name: Optional[str],
-) -> Answer:
-    """Make one of QStash's writes to the token's account in the data file; answer the item as it is
-    now."""
-    method, (field, noun) = environ.get("REQUEST_METHOD"), FIELDS[route.split("/{")[0]]
-    longest = source.limits.name
-    change: Tuple[Any, ...]  # a change in store, and what it takes after the item and the time
-    if route == "/v2/queues":
-        body = _body(environ)
-        name = _field(
-            body,
-            "queueName",
-            lambda v: store.is_name(v) and len(v) <= longest,
-            "a name of %s, at most %d characters (--max-name)" % (store.NAME_RULE, longest),
-        )
-        change = (
-            store.upsert_queue,
-            name,
-            _field(
-                body,
-                "parallelism",
-                lambda v: v is None or (store.is_whole(v) and v >= 1),
-                "a whole number from 1 to 2**53 - 1 (1 if left out)",
-            ),
-            _field(body, "paused", lambda v: v is None or type(v) is bool, "true or false"),
-        )
-    elif route.endswith("/endpoints") and method == "POST":
-        if len(name or "") > longest:
-            raise BadRequest(
-                "bad request: a URL group's name is at most %d characters (--max-name)" % longest
-            )
-        change = (store.add_endpoints, name, _endpoints(_body(environ), True))
-    elif route.endswith("/endpoints"):
-        change = (store.remove_endpoints, _endpoints(_body(environ), False))
-    elif route.endswith(("/pause", "/resume")):
-        change = (store.pause_queue, route.endswith("/pause"))
-    else:
-        change = (store.delete_item,)
-    try:
-        did = source.update(account.token_sha256, field, name or "", *change)
-    except LookupError:
-        raise Unauthorized("account gone") from None
-    except store.DataError as exc:
-        refusal = _refusal(exc)
-        if refusal.message is None:
-            message = "precondition failed: %s; nothing was written" % exc
-        else:  # the fault names the file: for the log
-            message = refusal.message
-            logger.error("%s; nothing was written", exc.faults[0] if exc.faults else exc)
-        retry = []
-        if refusal.status == HTTPStatus.SERVICE_UNAVAILABLE:
-            retry = [("Retry-After", "1")]
-        raise HTTPError(message, retry, refusal.why, refusal.status) from None
-    if did == "no such " + noun:
-        raise _no_such(noun, name or "")
-    # This write's version, or a later one.
-    fresh = typing.cast(store.Store, source.current()).by_digest.get(account.token_sha256)
-    return _json_answer(HTTPStatus.OK, fresh and name and fresh.item(field, name) or {}, why=did)
+def _refused(exc: store.DataError) -> HTTPError:
+    """The answer to a refused write: its kind's, or its nearest parent's, along its MRO.  A fault
+    that names the file is logged (the answer does not name it)."""
+    refusal = next(REFUSALS[cls] for cls in type(exc).__mro__ if cls in REFUSALS)
+    if refusal.message is None:
+        return refusal.error("precondition failed: %s; nothing was written" % exc, why=refusal.why)
+    logger.error("%s; nothing was written", exc.faults[0] if exc.faults else exc)
+    return refusal.error(refusal.message, why=refusal.why)
 
 
 def health(status: store.Status) -> Answer:
     """Answer the health check: 200 while a good version is served, else 503; its SHA-256, since
     when, and since when the file on disk differs (``stale``)."""
-    ready = status.version is not None
     document = {
-        "status": "ok" if ready else "unavailable",
+        "status": "ok" if status.version is not None else "unavailable",
         "version": status.version,
         "loadedAt": None if status.loaded_at is None else _utc(status.loaded_at),
         "stale": status.failed_at is not None,
         "failedAt": None if status.failed_at is None else _utc(status.failed_at),
     }
-    return (
-        _json_answer(HTTPStatus.OK, document)
-        if ready
-        else _json_answer(HTTPStatus.SERVICE_UNAVAILABLE, document, [("Retry-After", "1")])
-    )
+    if status.version is None:
+        return _json_answer(HTTPStatus.SERVICE_UNAVAILABLE, document, [("Retry-After", "1")])
+    return _json_answer(HTTPStatus.OK, document)
 
 
 def create_app(
@@ -726,55 +779,89 @@ def create_app(
         started = time.perf_counter() if access_log else 0.0
         exc_info = None
         try:
-            status, headers, data, why = respond(environ, source, allowed_hosts)
+            answer = respond(environ, source, allowed_hosts)
         except HTTPError as err:
-            status, headers, data, why = err.render()
+            answer = err.render()
         except Exception:
             logger.exception("error while answering %s", _request_line(environ))
-            status, headers, data, why = HTTPError().render()
+            answer = HTTPError().render()
             exc_info = sys.exc_info()
-        start_response(status, headers, exc_info)
+        start_response(answer.status, answer.headers, exc_info)
+        data = answer.body
         if environ.get("REQUEST_METHOD") == "HEAD":
             data = (
                 b""  # the same headers as GET, errors included, and never a body (RFC 9110, 9.3.2)
             )
         if access_log:
             ms = (time.perf_counter() - started) * 1000
-            noted = (status[:3], len(data), ms, "" if why is None else " (%s)" % why)
-            if access_log is not True:
-                access_log.note(time.time(), environ, *noted)
-            elif access_logger.isEnabledFor(
-                logging.INFO
-            ):  # else the request line would be made for nothing
-                access_logger.info(
-                    '%s "%s" %s %d %.2fms%s',
-                    environ.get("REMOTE_ADDR", "-"),
-                    _request_line(environ),
-                    *noted,
-                )
-        if not data:
-            return []
-        file_wrapper = environ.get("wsgi.file_wrapper")
-        if file_wrapper is None or not str(getattr(file_wrapper, "__module__", "")).startswith(
-            BY_REFERENCE
-        ):
-            return [data]
-        # By reference: what waits for a slow reader is the snapshot's bytes (BytesIO shares them),
-        # not a copy.
-        return file_wrapper(io.BytesIO(data))  # type: ignore[no-any-return]
+            _log_request(access_log, environ, Request(time.time(), environ, answer, len(data), ms))
+        return _body_iterable(environ, data)
 
     return app
 
 
+def _body_iterable(environ: WSGIEnvironment, data: bytes) -> Iterable[bytes]:
+    """The answer's body as PEP 3333 takes it: by reference where the server keeps it so, so that
+    what waits for a slow reader is the snapshot's bytes (BytesIO shares them), not a copy."""
+    if not data:
+        return []
+    file_wrapper = environ.get("wsgi.file_wrapper")
+    if file_wrapper is None:
+        return [data]
+    if not str(getattr(file_wrapper, "__module__", "")).startswith(BY_REFERENCE):
+        return [data]
+    return file_wrapper(io.BytesIO(data))  # type: ignore[no-any-return]
+
+
+def _log_request(access_log: bool | AccessLog, environ: WSGIEnvironment, request: Request) -> None:
+    """Log a request: to an AccessLog, or (True) to the ``qstash_lists.access`` logger, if it is on
+    (else the request line would be made for nothing)."""
+    if access_log is not True:
+        typing.cast(AccessLog, access_log).note(request)
+    elif access_logger.isEnabledFor(logging.INFO):
+        access_logger.info("%s", request.entry(_request_line(environ)))
+
+
 # ---- The access log ------------------------------------------------------------------------------
+class Request(NamedTuple):
+    """An answered request, as the access log writes it."""
+
+    created: float  # when it was answered (a Unix time)
+    environ: WSGIEnvironment
+    answer: Answer
+    size: int  # the body's bytes sent
+    ms: float  # the time it took
+
+    def entry(self, request_line: str) -> str:
+        """Its access log entry but its time: who asked what (its request line: see
+        _request_line), the status, the body's size, the time it took, and why."""
+        why = self.answer.why
+        return '%s "%s" %s %d %.2fms%s' % (
+            self.environ.get("REMOTE_ADDR") or "-",
+            request_line,
+            self.answer.status[:3],
+            self.size,
+            self.ms,
+            "" if why is None else " (%s)" % why,
+        )
+
+
+#: What tells requests apart in the access log's cache of request lines.
+_ASKED = ("REMOTE_ADDR", "REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO", "QUERY_STRING")
+
+
 class AccessLog(logging.Handler):
     """The command line's log handler: a request or record notes its line, and a thread writes them
     in batches (far cheaper than a logging call a request); a stream that does not keep up holds
     back nothing: past ACCESS_LOG_BACKLOG, lines are dropped and counted."""
 
     def __init__(self, stream: Any) -> None:
-        self._stream, self._dropped, self._stopping = stream, 0, threading.Event()
-        self._entries: collections.deque[Tuple[Any, ...]] = collections.deque()
+        self._stream = stream
+        self._dropped = 0  # not exact under races: a count for the operator, never a wait
+        self._stopping = threading.Event()
+        #: What is noted and not yet written: a Request, or a line of its own (a deque is
+        #: thread-safe: no lock).
+        self._entries: collections.deque[Union[Request, str]] = collections.deque()
         self._thread = threading.Thread(
             target=self._run, name="qstash-lists access log", daemon=True
         )
@@ -785,13 +872,12 @@ class AccessLog(logging.Handler):
         """Note a log record's line (logging.Handler's hook)."""
         self.note(self.format(record) + "\n")
 
-    def note(self, *entry: Any) -> None:
-        """Note a request (time, environ, status, body size, milliseconds, why) or a line (a deque
-        is thread-safe)."""
+    def note(self, entry: Union[Request, str]) -> None:
+        """Note an answered request, or a line of its own."""
         if len(self._entries) < ACCESS_LOG_BACKLOG:
             self._entries.append(entry)
         else:
-            self._dropped += 1  # not exact under races: a count for the operator, never a wait
+            self._dropped += 1
 
     def close(self) -> None:
         """Write the lines noted so far, waiting at most ACCESS_LOG_CLOSE_TIMEOUT for the stream."""
@@ -806,33 +892,23 @@ class AccessLog(logging.Handler):
 
     def _write(self) -> None:
         lines: List[str] = []
-        seconds: Dict[
-            int, str
-        ] = {}  # a batch's lines share their seconds, and mostly their requests (measured)
-        requests: Dict[Tuple[Any, ...], str] = {}
+        # A batch's lines share their seconds, and mostly their requests (measured).
+        seconds: Dict[int, str] = {}
+        request_lines: Dict[Tuple[Any, ...], str] = {}
         while self._entries:
             entry = self._entries.popleft()
-            if len(entry) == 1:  # a line of its own
-                lines.append(entry[0])
+            if isinstance(entry, str):
+                lines.append(entry)
                 continue
-            created, environ, status, size, ms, why = entry
-            second = seconds.get(int(created)) or seconds.setdefault(
-                int(created), _utc(int(created))[:-5]
-            )
-            asked = tuple(
-                environ.get(key)
-                for key in (
-                    "REMOTE_ADDR",
-                    "REQUEST_METHOD",
-                    "SCRIPT_NAME",
-                    "PATH_INFO",
-                    "QUERY_STRING",
-                )
-            )
-            request = requests.get(asked) or requests.setdefault(asked, _request_line(environ))
+            whole = int(entry.created)
+            if whole not in seconds:
+                seconds[whole] = _utc(whole)[:-5]
+            asked = tuple(entry.environ.get(key) for key in _ASKED)
+            if asked not in request_lines:
+                request_lines[asked] = _request_line(entry.environ)
+            milliseconds = int(entry.created % 1 * 1000)
             lines.append(
-                '%s.%03dZ %s "%s" %s %d %.2fms%s\n'
-                % (second, int(created % 1 * 1000), asked[0] or "-", request, status, size, ms, why)
+                "%s.%03dZ %s\n" % (seconds[whole], milliseconds, entry.entry(request_lines[asked]))
             )
         if self._dropped:
             dropped, self._dropped = self._dropped, 0
@@ -841,11 +917,14 @@ class AccessLog(logging.Handler):
                 % (_utc(time.time()), dropped)
             )
         if lines:
-            # to the descriptor: a write that blocks holds no lock that the interpreter's exit needs
-            try:
-                os.write(self._stream.fileno(), "".join(lines).encode())
-            except (AttributeError, io.UnsupportedOperation):
-                self._stream.write("".join(lines))
+            self._send("".join(lines))
+
+    def _send(self, text: str) -> None:
+        # To the descriptor: a write that blocks holds no lock that the interpreter's exit needs.
+        try:
+            os.write(self._stream.fileno(), text.encode())
+        except (AttributeError, io.UnsupportedOperation):
+            self._stream.write(text)
 
 
 def _request_line(environ: WSGIEnvironment) -> str:
@@ -1030,8 +1109,8 @@ SETTINGS: Dict[str, Setting] = {
         "QSTASH_LISTS_ALLOWED_HOSTS",
         None,
         _hosts,
-        "names, besides IP "
-        "addresses and localhost, by which the dev token may reach it (comma-separated)",
+        "names, besides IP addresses and localhost, by which the dev token may reach it "
+        "(comma-separated)",
     ),
     "host": Setting("--host", None, "127.0.0.1", str, "address to listen on"),
     "port": Setting("--port", None, "8080", _whole(0, 65535), "port; 0 picks a free one"),
@@ -1353,8 +1432,7 @@ def _parser() -> argparse.ArgumentParser:
         + ("-m " + __spec__.name if __spec__ is not None else os.path.basename(sys.argv[0])),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Serve QStash's URL groups and queues (GET /v2/topics, /v2/queues and one of "
-        "each by name; "
-        "with --writable, their writes too) from a JSON data file.",
+        "each by name; with --writable, their writes too) from a JSON data file.",
         epilog="environment (the command line wins; nothing else is read):\n  "
         + "\n  ".join(environment)
         + "\nsignals: SIGHUP makes the server look at the data file at once; SIGTERM or Ctrl-C "

@@ -116,8 +116,9 @@ LOCK_TIMEOUT = 1.0
 #: Versions saved by hand while one write works that it redoes its change on, before a 409.
 WRITE_ATTEMPTS = 3
 #: The writes a process may have at work while another process holds the lock (then 503 at once),
-#: so that waiting writes never hold every thread a read needs (python app.py: half its threads).
-WAITING_WRITES = 2
+#: so that waiting writes never hold every thread a read needs: a server whose thread count is
+#: known gives half of it (python app.py, testing.serve); this is for the others.
+WAITING_WRITES = 8
 _READ_CHUNK = 1 << 24
 _PIECES_A_CALL = 1000  # a writev's pieces, under IOV_MAX (1024)
 #: QStash's rule for the names of URL groups and queues (a 400 otherwise).
@@ -426,9 +427,8 @@ class Store:
 
     accounts: tuple[Account, ...]
     single_account: bool = False  # the file holds one account ({"urlGroups": ..., "queues": ...})
-    fallback_used: bool = (
-        False  # ... served with the fallback token, as no token was given (see parse)
-    )
+    # ... served with the fallback token, as no token was given (see parse).
+    fallback_used: bool = False
 
     @cached_property
     def by_digest(self) -> Mapping[bytes, Account]:
@@ -622,8 +622,8 @@ class _Checker:
                         "(top level)",
                         None,
                         key,
-                        "unknown key next to 'accounts' (a file lists accounts, "
-                        "or holds 'urlGroups' and 'queues' of one account, not both)",
+                        "unknown key next to 'accounts' (a file lists accounts, or holds "
+                        "'urlGroups' and 'queues' of one account, not both)",
                     )
             digests: dict[bytes, int] = {}
             return tuple(

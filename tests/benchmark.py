@@ -407,8 +407,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     print(
         "machine: %d cores, Python %s, waitress %s, load from %s%s; %d rounds of %gs, %d "
-        "connections, "
-        "%d threads"
+        "connections, %d threads"
         % (
             os.cpu_count() or 0,
             sys.version.split()[0],
@@ -526,8 +525,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "identity",
                     )
                     summary.append(
-                        "gzip: %d of %d bytes on the wire (1/%.1f, target <= 1/8); "
-                        "requests/s gzip/identity %.2f (target >= 1.5)"
+                        "gzip: %d of %d bytes on the wire (1/%.1f, target <= 1/8); requests/s "
+                        "gzip/identity %.2f (target >= 1.5)"
                         % (len(gz_body), len(body), len(body) / len(gz_body), ratio)
                     )
                     cond = dict(AUTH, **{"If-None-Match": header(headers, "etag") or ""})
@@ -645,15 +644,14 @@ def check_rows(big: Path, rounds: int, rows: List[str], summary: List[str]) -> N
     def child(args: List[str]) -> Tuple[float, float]:
         code = "import resource, runpy, sys; sys.argv = %r; exec(%r)" % (
             args,
-            "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
-            "except SystemExit:\n    pass\n",
+            "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\nexcept SystemExit:\n    "
+            "pass\n",
         )
         # VmHWM belongs to this process's own address space; ru_maxrss would inherit ours on Linux.
         probe = code + (
-            "\nu = resource.getrusage(resource.RUSAGE_SELF)\n"
-            "hwm = next(l.split()[1] for l in open('/proc/self/status') if "
-            "l.startswith('VmHWM:'))\n"
-            "print(u.ru_utime + u.ru_stime, hwm)"
+            "\nu = resource.getrusage(resource.RUSAGE_SELF)\nhwm = next(l.split()[1] for l in "
+            "open('/proc/self/status') if l.startswith('VmHWM:'))\nprint(u.ru_utime + u.ru_stime, "
+            "hwm)"
         )
         out = subprocess.run(
             [sys.executable, "-c", probe],
@@ -871,8 +869,7 @@ def write_rows(
     node = shutil.which("node") and shutil.which("npm")
     rows += [
         "| file | server CPU ms a write | writes/s, 1 client | 8 clients | json-server 1 / 8 | "
-        "ratio 1 / 8 | "
-        "p50 / p99 ms, 1 client | 8 clients | json-server 8 |",
+        "ratio 1 / 8 | p50 / p99 ms, 1 client | 8 clients | json-server 8 |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     cases = [(size, 1) for size in sizes] + [(100, 1000)]
@@ -1047,19 +1044,12 @@ def memory_rows(
     path = tmp / "accounts.json"
     path.write_text(json.dumps(document))
     code = (
-        "import app, sys, time\n"
-        "def rss():\n"
-        "    return next(int(l.split()[1]) for l in open('/proc/self/status') if "
-        "l.startswith('VmRSS')) // 1024\n"
-        "data = app.open_data(sys.argv[1], None, interval=3600)\n"
-        "seen = [rss()]\n"
-        "for n in range(1, %d + 1):\n"
-        "    before = data.status().loaded_at\n"
-        "    data.wake()\n"
-        "    while data.status().loaded_at == before:\n"
-        "        time.sleep(0.01)\n"
-        "    if n in (1, 5, %d):\n"
-        "        seen.append(rss())\n"
+        "import app, sys, time\ndef rss():\n    return next(int(l.split()[1]) for l in "
+        "open('/proc/self/status') if l.startswith('VmRSS')) // 1024\ndata = "
+        "app.open_data(sys.argv[1], None, interval=3600)\nseen = [rss()]\nfor n in range(1, %d + "
+        "1):\n    before = data.status().loaded_at\n    data.wake()\n    while "
+        "data.status().loaded_at == before:\n        time.sleep(0.01)\n    if n in (1, 5, %d):\n   "
+        "     seen.append(rss())\n"
         "print(*seen)\n" % (reloads, reloads)
     )
     rows += [
@@ -1193,8 +1183,7 @@ def hostile_rows(tmp: Path, rows: List[str], summary: List[str]) -> None:
     rows.append("")
     summary.append(
         "900 never-reading pipeliners: peak RSS %.0f MB (target < 300); a fresh client answered %d "
-        "in "
-        "%.0f ms while their requests were served, %d in %.0f ms after"
+        "in %.0f ms while their requests were served, %d in %.0f ms after"
         % (peak, status, fresh, later, after)
     )
 
@@ -1213,8 +1202,7 @@ def hostile_rows(tmp: Path, rows: List[str], summary: List[str]) -> None:
     rows.append("|---|---|")
     rows.append(
         "| %d idle ones (the connection limit): a fresh client waits for the server to close them "
-        "| %d "
-        "after %.1f s (channel_timeout %d s, cleanup_interval %d s) |"
+        "| %d after %.1f s (channel_timeout %d s, cleanup_interval %d s) |"
         % (
             limit,
             status,
@@ -1719,8 +1707,7 @@ def load_rows(big: Path, rounds: int, rows: List[str], summary: List[str]) -> No
         )
     summary.append(
         "load %d queues: store.load/json.load %.2f, ready-to-serve/json.load %.2f (target <= 4), "
-        "with "
-        "the first list answer %.2f"
+        "with the first list answer %.2f"
         % (queues, *(statistics.median(t[i] / t[0] for t in times) for i in (1, 2, 3)))
     )
 

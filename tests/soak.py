@@ -260,8 +260,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 )
             )
         print(
-            "server exit status after SIGTERM: %d; tracebacks in its log: %d; reloads: %d; "
-            "bad versions kept out: %d"
+            "server exit status after SIGTERM: %d; tracebacks in its log: %d; reloads: %d; bad "
+            "versions kept out: %d"
             % (
                 proc.returncode,
                 err.count("Traceback"),

@@ -251,8 +251,7 @@ def test_other_methods_get_405_with_allow(app: Any, method: str, path: str) -> N
 
 READ_ONLY = (
     "method not allowed: this server is read-only; start it with --writable (or "
-    "QSTASH_LISTS_WRITABLE=1) "
-    "to take QStash's writes of URL groups and queues"
+    "QSTASH_LISTS_WRITABLE=1) to take QStash's writes of URL groups and queues"
 )
 
 

@@ -133,8 +133,8 @@ def test_descriptors_above_1023_do_not_crash_the_server(tmp_path: Path) -> None:
             try:
                 last = idle[-1]  # accepted last: the server's highest descriptor
                 last.sendall(
-                    b"GET /v2/queues/emails HTTP/1.1\r\nHost: t\r\n"
-                    b"Authorization: Bearer token-a\r\n\r\n"
+                    b"GET /v2/queues/emails HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer "
+                    b"token-a\r\n\r\n"
                 )
                 assert last.recv(4096).startswith(b"HTTP/1.1 200 ")
                 assert server.proc.poll() is None

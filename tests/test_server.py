@@ -242,8 +242,8 @@ def test_bad_arguments_are_named(args: List[str], message: str) -> None:
         ({"QSTASH_TOKEN": ""}, "QSTASH_TOKEN: empty; give a value, or unset it for the default"),
         (
             {"QSTASH_LISTS_MAX_SIZE": "\u00b2"},
-            "QSTASH_LISTS_MAX_SIZE: expected a size in bytes from 1 to 4G, such as 64M "
-            "(K, M or G may follow the number)",
+            "QSTASH_LISTS_MAX_SIZE: expected a size in bytes from 1 to 4G, such as 64M (K, M or G "
+            "may follow the number)",
         ),
         (
             {"QSTASH_LISTS_INTERVAL": "-1"},

@@ -49,8 +49,8 @@ FAULTS = [
     ),
     (
         {"accounts": [], "queues": []},
-        "queues: unknown key next to 'accounts' (a file lists accounts, "
-        "or holds 'urlGroups' and 'queues' of one account, not both)",
+        "queues: unknown key next to 'accounts' (a file lists accounts, or holds 'urlGroups' and "
+        "'queues' of one account, not both)",
     ),
     # Null or a wrong type where an array is expected
     ({"queues": None}, "queues: expected an array, got null"),
@@ -252,14 +252,12 @@ FAULTS = [
     (
         {"accounts": [{"tokenSha256": "abc"}]},
         "accounts[0].tokenSha256: expected 64 hexadecimal digits (a SHA-256 digest, printf %s "
-        "TOKEN | sha256sum), "
-        "got a string of 3 characters",
+        "TOKEN | sha256sum), got a string of 3 characters",
     ),
     (
         {"accounts": [{"tokenSha256": 5}]},
         "accounts[0].tokenSha256: expected 64 hexadecimal digits (a SHA-256 digest, printf %s "
-        "TOKEN | sha256sum), "
-        "got 5",
+        "TOKEN | sha256sum), got 5",
     ),
     ({"accounts": [{"token": "a"}, {"token": "a"}]}, "accounts[1]: same token as accounts[0]"),
     (

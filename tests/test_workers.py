@@ -179,8 +179,8 @@ BOOT_FAILURES = {
     ),
     "no QSTASH_TOKEN for one account": (
         {},
-        "{data}: holds a single account, and QSTASH_TOKEN is not set: "
-        "set it to the token its clients send",
+        "{data}: holds a single account, and QSTASH_TOKEN is not set: set it to the token its "
+        "clients send",
     ),
     "an empty data path": (
         {"QSTASH_TOKEN": "t", "QSTASH_LISTS_DATA": ""},
@@ -188,8 +188,8 @@ BOOT_FAILURES = {
     ),
     "an unreadable size": (
         {"QSTASH_TOKEN": "t", "QSTASH_LISTS_MAX_SIZE": "\u00b2"},
-        "QSTASH_LISTS_MAX_SIZE: expected a size in bytes from 1 to 4G, such as 64M (K, M or G "
-        "may follow the number)",
+        "QSTASH_LISTS_MAX_SIZE: expected a size in bytes from 1 to 4G, such as 64M (K, M or G may "
+        "follow the number)",
     ),
 }
 

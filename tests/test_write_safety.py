@@ -423,18 +423,18 @@ def test_a_write_taken_by_the_write_at_work_is_answered_with_it_even_past_the_lo
         ),
         (
             b'{"queueName": "q", "parallelism": Infinity}',
-            "parallelism: expected a whole number from 1 to 2**53 - 1 (1 "
-            "if left out), got Infinity",
+            "parallelism: expected a whole number from 1 to 2**53 - 1 (1 if left out), "
+            "got Infinity",
         ),
         (
             b'{"queueName": "q", "parallelism": -Infinity}',
-            "parallelism: expected a whole number from 1 to 2**53 - 1 "
-            "(1 if left out), got -Infinity",
+            "parallelism: expected a whole number from 1 to 2**53 - 1 (1 if left out), got "
+            "-Infinity",
         ),
         (
             b'{"queueName": "q", "parallelism": 1e400}',
-            "parallelism: expected a whole number from 1 to 2**53 - 1 (1 "
-            "if left out), got Infinity",
+            "parallelism: expected a whole number from 1 to 2**53 - 1 (1 if left out), "
+            "got Infinity",
         ),
         (b'{"queueName": "q", "paused": NaN}', "paused: expected true or false, got NaN"),
         (
@@ -473,14 +473,13 @@ def test_every_bad_upsert_body_is_a_400_naming_the_field(
         (b'{"endpoints": NaN}', "endpoints: expected a non-empty array of endpoints, got NaN"),
         (
             b'{"endpoints": [{"url": "https://a.example/\\ud800"}]}',
-            "endpoints[0]: expected an object with an absolute "
-            "http or https url, and a printable name if any",
+            "endpoints[0]: expected an object with an absolute http or https url, and a printable "
+            "name if any",
         ),
         (
             b'{"endpoints": [{"url": "https://a/", "name": "\\ud800"}]}',
-            "endpoints[0]: expected an object with an "
-            "absolute http or https url, and a printable name "
-            "if any",
+            "endpoints[0]: expected an object with an absolute http or https url, and a printable "
+            "name if any",
         ),
         (
             b'{"endpoints": [{"url": "https://a/", "url": "https://b/"}]}',
@@ -522,8 +521,8 @@ def test_limits_on_items_endpoints_and_names(path: Path) -> None:
     third = send(app, "POST", "/v2/queues", {"queueName": "third"})
     assert (third.status, error(third)) == (
         412,
-        "precondition failed: this account has 2 queues, the most a write "
-        "may make (--max-items); nothing was written",
+        "precondition failed: this account has 2 queues, the most a write may make (--max-items); "
+        "nothing was written",
     )
     assert (
         send(app, "POST", "/v2/queues", {"queueName": "second", "parallelism": 4}).status == 200

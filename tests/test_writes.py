@@ -230,23 +230,22 @@ BAD = [
         "POST",
         "/v2/queues",
         {"parallelism": 1},
-        "bad request: queueName: expected a name of only letters, digits, "
-        "'-', '.' and '_', at most 200 characters (--max-name), got nothing",
+        "bad request: queueName: expected a name of only letters, digits, '-', '.' and '_', at "
+        "most 200 characters (--max-name), got nothing",
     ),
     (
         "POST",
         "/v2/queues",
         {"queueName": "a b", "parallelism": 1},
-        "bad request: queueName: expected a name of only "
-        "letters, digits, '-', '.' and '_', at most 200 characters (--max-name), got \"a b\"",
+        "bad request: queueName: expected a name of only letters, digits, '-', '.' and '_', at "
+        'most 200 characters (--max-name), got "a b"',
     ),
     (
         "POST",
         "/v2/queues",
         {"queueName": "q" * 201, "parallelism": 1},
-        "bad request: queueName: expected a name of "
-        "only letters, digits, '-', '.' and '_', at most 200 characters (--max-name), got \"%s"
-        % ("q" * 59),
+        "bad request: queueName: expected a name of only letters, digits, '-', '.' and '_', at "
+        'most 200 characters (--max-name), got "%s' % ("q" * 59),
     ),
     (
         "POST",
@@ -284,22 +283,22 @@ BAD = [
         "POST",
         "/v2/topics/g/endpoints",
         {"endpoints": [{"name": "n"}]},
-        "bad request: endpoints[0]: expected an object "
-        "with an absolute http or https url, and a printable name if any",
+        "bad request: endpoints[0]: expected an object with an absolute http or https url, and a "
+        "printable name if any",
     ),
     (
         "POST",
         "/v2/topics/g/endpoints",
         {"endpoints": [{"url": "ftp://a/"}]},
-        "bad request: endpoints[0]: expected an "
-        "object with an absolute http or https url, and a printable name if any",
+        "bad request: endpoints[0]: expected an object with an absolute http or https url, and a "
+        "printable name if any",
     ),
     (
         "DELETE",
         "/v2/topics/orders/endpoints",
         {"endpoints": [{}]},
-        "bad request: endpoints[0]: expected an object "
-        "with an absolute http or https url, or a name, and a printable name if any",
+        "bad request: endpoints[0]: expected an object with an absolute http or https url, or a "
+        "name, and a printable name if any",
     ),
     (
         "POST",
@@ -550,16 +549,12 @@ def test_a_sigkilled_writer_leaves_the_old_file_or_the_new_never_half(tmp_path: 
 
     path = write_json(tmp_path / "data.json", accounts_document())
     script = (
-        "import app, io, json, sys\n"
-        "data = app.open_data(sys.argv[1], None, interval=3600, writable=True)\n"
-        "wsgi = app.create_app(data, access_log=False)\n"
-        "for i in range(100000):\n"
-        "    body = json.dumps({'queueName': 'k%d' % i, 'parallelism': 1}).encode()\n"
-        "    env = {'REQUEST_METHOD': 'POST', 'PATH_INFO': '/v2/queues', 'CONTENT_LENGTH': "
-        "str(len(body)),\n"
-        "           'wsgi.input': io.BytesIO(body), 'HTTP_AUTHORIZATION': 'Bearer token-a'}\n"
-        "    wsgi(env, lambda *a: None)\n"
-        "    print(i, flush=True)\n"
+        "import app, io, json, sys\ndata = app.open_data(sys.argv[1], None, interval=3600, "
+        "writable=True)\nwsgi = app.create_app(data, access_log=False)\nfor i in range(100000):\n  "
+        "  body = json.dumps({'queueName': 'k%d' % i, 'parallelism': 1}).encode()\n    env = "
+        "{'REQUEST_METHOD': 'POST', 'PATH_INFO': '/v2/queues', 'CONTENT_LENGTH': str(len(body)),\n "
+        "          'wsgi.input': io.BytesIO(body), 'HTTP_AUTHORIZATION': 'Bearer token-a'}\n    "
+        "wsgi(env, lambda *a: None)\n    print(i, flush=True)\n"
     )
     for delay in (0.3, 0.5, 0.7):
         proc = subprocess.Popen(
