@@ -360,9 +360,8 @@ def body(account: store.Account, path: str, name: Optional[str]) -> Optional[Bod
     key, (field, noun) = (path, name), FIELDS[path]
     if key in account.cache:
         return typing.cast(Optional[Body], account.cache[key])
-    if (
-        field == "signing_keys"
-    ):  # the dev token's account gets the published dev keys, unless it has its own
+    # The dev token's account gets the published dev keys, unless it has its own.
+    if field == "signing_keys":
         keys = account.signing_keys or (
             DEV_SIGNING_KEYS if account.token_sha256 == _DEV_DIGEST else None
         )
@@ -378,9 +377,8 @@ def body(account: store.Account, path: str, name: Optional[str]) -> Optional[Bod
         if item is None:
             raise _no_such(noun, name)
         found = Body(item.raw, PRIVATE)
-    return typing.cast(
-        Optional[Body], account.cache.setdefault(key, found)
-    )  # two threads may both make it
+    # Two threads may both make it.
+    return typing.cast(Optional[Body], account.cache.setdefault(key, found))
 
 
 # ---- Requests: the route, the credential, a write's body -----------------------------------------
@@ -483,9 +481,8 @@ def _body(environ: WSGIEnvironment) -> Dict[str, Any]:
     raw = environ["wsgi.input"].read(int(length)) if int(length) else b""
     try:
         body = json.loads(raw, object_pairs_hook=store.unique_keys)
-    except (
-        store.DataError
-    ) as exc:  # a key given twice: which one the SDK user meant is anyone's guess
+    # A key given twice: which one the SDK user meant is anyone's guess.
+    except store.DataError as exc:
         raise BadRequest("bad request: %s" % exc) from None
     except (ValueError, RecursionError):
         raise BadRequest("bad request: the body is not UTF-8 JSON") from None
@@ -501,9 +498,8 @@ def _field(body: Dict[str, Any], key: str, good: Callable[[Any], bool], expected
     if good(value):
         return value
     shown = json.dumps(value, ensure_ascii=False)  # as written; NaN as NaN
-    got = (
-        (shown if shown.isprintable() else json.dumps(value))[:60] if key in body else "nothing"
-    )  # a lone surrogate
+    # As written (NaN as NaN), escaped where it is not printable (a lone surrogate).
+    got = (shown if shown.isprintable() else json.dumps(value))[:60] if key in body else "nothing"
     raise BadRequest("bad request: %s: expected %s, got %s" % (key, expected, got))
 
 
@@ -1154,9 +1150,8 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
     SystemExit(3); a bad data file: 503s."""
     uwsgi = sys.modules.get("uwsgi")
     previous: Any = getattr(uwsgi, "post_fork_hook", None)
-    if (
-        uwsgi is not None
-    ):  # uWSGI forks its workers from C, where no os.register_at_fork hook runs: its own hook
+    # uWSGI forks its workers from C, where no os.register_at_fork hook runs: its own hook.
+    if uwsgi is not None:
 
         def hook() -> None:
             store.after_fork()
@@ -1175,9 +1170,8 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
         settings = read_settings(os.environ if environ is None else environ)
         data = _open(settings, None, required=True)
     except (ConfigError, store.TokenMissing) as exc:
-        sys.stderr.write(
-            "%s\n" % exc
-        )  # one write: the workers that fail at once each give a whole line
+        # One write: the workers that fail at once each give a whole line.
+        sys.stderr.write("%s\n" % exc)
         raise SystemExit(3) from None
     except store.DataError:
         data = _open(settings, None, required=False)  # logged; answered with 503 until it is good
@@ -1222,10 +1216,8 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         return _fail([str(exc)])
     settings["writable"] = settings["writable"] or args.write
     path = settings["data"]
-    for signum in (
-        signal.SIGTERM,
-        signal.SIGINT,
-    ):  # before the first load or a recording: none kills half-way
+    # Before the first load or a recording: none kills half-way.
+    for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stop)
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, _wake_all)
@@ -1240,9 +1232,8 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
             for line in loaded.warnings(path):
                 print(line, file=sys.stderr)
             return 0
-        log = AccessLog(
-            sys.stderr
-        )  # every line of the process goes through it: none waits for stderr
+        # Every line of the process goes through it: none waits for stderr.
+        log = AccessLog(sys.stderr)
         formatter = logging.Formatter("%(asctime)s.%(msecs)03dZ %(message)s", "%Y-%m-%dT%H:%M:%S")
         formatter.converter = time.gmtime  # in UTC, as the access log's lines
         log.setFormatter(formatter)
@@ -1276,9 +1267,8 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[A
     except ImportError:
         return _fail(["waitress is not installed: python -m pip install waitress"])
     host, port = settings["host"], settings["port"]
-    socket_map: Dict[
-        int, Any
-    ] = {}  # ours, single socket or several, so that _run can see every connection
+    # Ours, single socket or several, so that _run can see every connection.
+    socket_map: Dict[int, Any] = {}
     try:
         server = create_server(
             create_app(data, access or False, settings["allowed_hosts"] or ()),
@@ -1298,9 +1288,8 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[A
     listening = getattr(server, "effective_listen", None) or [
         (server.effective_host, server.effective_port)
     ]
-    urls = [
-        "http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in listening
-    ]  # "localhost": 2
+    # "localhost": 2.
+    urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in listening]
     loaded = typing.cast(store.Store, data.current())  # open_data raised otherwise
     print("\n".join(_banner(settings, loaded, urls, listening[0][1], data.writable)), flush=True)
     stops: List[int] = []  # the signals that asked for a stop (a list's append takes no lock)
@@ -1338,9 +1327,8 @@ def _banner(
             "export QSTASH_TOKEN=%s  # the built-in dev token: QSTASH_TOKEN is not set (loopback "
             "only)" % DEV_TOKEN
         )
-        if (
-            loaded.accounts[0].signing_keys is None
-        ):  # published constants, as `qstash dev` prints them
+        # Published constants, as `qstash dev` prints them.
+        if loaded.accounts[0].signing_keys is None:
             lines.append(
                 "export QSTASH_CURRENT_SIGNING_KEY=%s\nexport QSTASH_NEXT_SIGNING_KEY=%s"
                 % DEV_SIGNING_KEYS

@@ -291,9 +291,8 @@ class Endpoint(_Item):
     """One endpoint of a URL group."""
 
     name: Optional[str] = _rule(is_text, None)
-    url: str = _rule(
-        is_http_url, "", required=True
-    )  # a default only so that it may follow name, as in QStash's
+    # A default only so that it may follow name, as in QStash's.
+    url: str = _rule(is_http_url, "", required=True)
 
 
 @dataclass
@@ -380,17 +379,14 @@ def array(items: Mapping[str, Item]) -> bytes:
 class Account:
     """The URL groups and queues that one token sees, each by name in the file's order."""
 
-    token_sha256: bytes = field(
-        repr=False
-    )  # only the digest, and not in repr: a weak token could be guessed
+    # Only the digest, and not in repr: a weak token could be guessed.
+    token_sha256: bytes = field(repr=False)
     url_groups: Mapping[str, UrlGroup] = field(default_factory=dict)
     queues: Mapping[str, Queue] = field(default_factory=dict)
-    signing_keys: Optional[tuple[str, str]] = field(
-        default=None, repr=False
-    )  # (current, next); secrets
-    credential: Optional[tuple[str, str]] = field(
-        default=None, repr=False
-    )  # its key and value in a file of accounts
+    # (current, next); secrets.
+    signing_keys: Optional[tuple[str, str]] = field(default=None, repr=False)
+    # Its key and value in a file of accounts.
+    credential: Optional[tuple[str, str]] = field(default=None, repr=False)
     #: Answers encoded for this account, kept while it is unchanged (a write makes a new Account).
     cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
 
@@ -575,9 +571,8 @@ def _json(raw: bytes, source: str) -> Any:
         return json.loads(text, object_pairs_hook=_pairs)
     except json.JSONDecodeError as exc:
         line, column, message = exc.lineno, exc.colno, exc.msg
-        pos = exc.pos + (
-            text[exc.pos : exc.pos + 1] == ","
-        )  # 3.13 points at the comma, earlier ones after it
+        # 3.13 points at the comma, earlier ones after it.
+        pos = exc.pos + (text[exc.pos : exc.pos + 1] == ",")
         closing = len(text) - len(text[pos:].lstrip())
         if text[:pos].rstrip().endswith(",") and text[closing : closing + 1] in ("]", "}"):
             line, column = text.count("\n", 0, closing) + 1, closing - text.rfind("\n", 0, closing)
@@ -587,9 +582,8 @@ def _json(raw: bytes, source: str) -> Any:
         ) from None
     except RecursionError:
         raise DataError(["%s: invalid JSON: nested too deeply" % source]) from None
-    except (
-        ValueError
-    ):  # Python (3.11, 3.10.7, 3.9.14 on) reads no integer of over 4,300 digits, and says not where
+    # Python (3.11, 3.10.7, 3.9.14 on) reads no integer of over 4,300 digits, and says not where.
+    except ValueError:
         raise DataError(
             ["%s: invalid JSON: an integer of more than 4,300 digits" % source]
         ) from None
@@ -607,9 +601,8 @@ class _Checker:
         """Note a fault at ``key`` of element ``i`` of ``array`` (either may be None)."""
         where = array if i is None else "%s[%d]" % (array, i)
         if key is not None:
-            if (
-                len(key) > 60 or not key.isprintable()
-            ):  # a key from the file: keep the line short and whole
+            # A key from the file: keep the line short and whole.
+            if len(key) > 60 or not key.isprintable():
                 key = _show(key)
             where = key if where == "(top level)" else "%s.%s" % (where, key)
         self.faults.append("%s: %s" % (where, message))
@@ -751,9 +744,8 @@ class _Checker:
                 check_token(item["token"]) if type(item["token"]) is str else "expected a string"
             )
             if problem is not None:
-                self.fault(
-                    array, i, "token", problem
-                )  # never the value: it is meant to be a secret
+                # Never the value: it is meant to be a secret.
+                self.fault(array, i, "token", problem)
             return hashlib.sha256(item["token"].encode()).digest() if problem is None else None
         value = item["tokenSha256"]
         if type(value) is str and _SHA256_HEX.fullmatch(value):
@@ -786,9 +778,8 @@ class _Checker:
                 if one is not None
             }
         keys, value = None, item.get("signingKeys")
-        if (
-            value is not None and type(value) is not dict
-        ):  # never the value: signing keys are secrets
+        # Never the value: signing keys are secrets.
+        if value is not None and type(value) is not dict:
             self.fault(
                 prefix + "signingKeys", None, None, "expected an object with 'current' and 'next'"
             )

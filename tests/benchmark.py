@@ -493,9 +493,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "request, baseline/service %s"
                         % (size, ratio, "%.2f" % cost if cost else "-")
                     )
-                    many = (
-                        4 * args.threads
-                    )  # more connections than threads: requests wait for a thread
+                    # More connections than threads: requests wait for a thread.
+                    many = 4 * args.threads
                     ratio, cost = compare(
                         "%d queues, %d connections" % (size, many),
                         functools.partial(measure, svc, "/v2/queues", AUTH, args.seconds, many),
@@ -801,9 +800,8 @@ class JsonServer:
         cli = home / "node_modules" / "json-server" / "lib" / "cli" / "bin.js"
         if not cli.exists():
             home.mkdir(parents=True, exist_ok=True)
-            (home / "package.json").write_text(
-                "{}"
-            )  # its own: npm would install into a package above
+            # Its own: npm would install into a package above.
+            (home / "package.json").write_text("{}")
             subprocess.run(
                 ["npm", "install", "--silent", "--no-audit", "--no-fund", "json-server@0.17.4"],
                 cwd=str(home),
@@ -1553,9 +1551,8 @@ def reload_rows(tmp: Path, reloads: int, rows: List[str], summary: List[str]) ->
             if kind == "noticed":
                 write(n)
             else:
-                write(
-                    n
-                )  # a new version, and SIGHUP at once: the reloader need not wait for its look
+                # A new version, and SIGHUP at once: the reloader need not wait for its look.
+                write(n)
                 server.proc.send_signal(signals.SIGHUP)
             longest = 0.0
             deadline = time.monotonic() + 30
@@ -1668,13 +1665,11 @@ def load_rows(big: Path, rounds: int, rows: List[str], summary: List[str]) -> No
         store.load(str(big), TOKEN)
         validated = time.perf_counter() - started
         started = time.perf_counter()
-        data = app.open_data(
-            str(big), TOKEN
-        )  # what the service does: the above, its digest, no body yet
+        # What the service does: the above, its digest, no body yet.
+        data = app.open_data(str(big), TOKEN)
         ready = time.perf_counter() - started
-        wsgi_timer(
-            app.create_app(data, access_log=False), "/v2/queues", TOKEN, n=1
-        )()  # encodes the list
+        # Encodes the list.
+        wsgi_timer(app.create_app(data, access_log=False), "/v2/queues", TOKEN, n=1)()
         first = time.perf_counter() - started
         data.close()
         times.append((bare, validated, ready, first))

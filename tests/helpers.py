@@ -19,9 +19,8 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 from wsgiref.util import setup_testing_defaults
 from wsgiref.validate import validator
 
-ROOT = (
-    Path(__file__).resolve().parent.parent
-)  # the checkout; pytest puts it on sys.path (pyproject.toml)
+# The checkout; pytest puts it on sys.path (pyproject.toml)
+ROOT = Path(__file__).resolve().parent.parent
 
 TOKEN_A = "token-a"
 TOKEN_B = "token-b"

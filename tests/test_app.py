@@ -514,9 +514,8 @@ def test_bodies_go_through_waitress_file_wrapper_by_reference(big_app: Any) -> N
     used = []
 
     def wrapper(file: Any, block_size: int = 8192) -> Any:
-        used.append(
-            file.__sizeof__()
-        )  # a BytesIO that shares the snapshot's bytes owns no copy of them
+        # A BytesIO that shares the snapshot's bytes owns no copy of them.
+        used.append(file.__sizeof__())
         return FileWrapper(file, block_size)
 
     wrapper.__module__ = (
@@ -558,9 +557,8 @@ def test_other_servers_get_the_body_whole_in_one_piece(big_app: Any, module: Any
         "wsgi.file_wrapper": other,
     }
     setup_testing_defaults(environ)
-    body = big_app(
-        environ, lambda status, headers, exc_info=None: None
-    )  # the iterable itself, unwrapped
+    # The iterable itself, unwrapped.
+    body = big_app(environ, lambda status, headers, exc_info=None: None)
     assert (
         type(body) is list
         and len(body) == 1
@@ -657,9 +655,8 @@ def test_an_edit_that_keeps_the_length_gets_a_new_etag(tmp_path: Any) -> None:
     app = service.create_app(data, access_log=False)
     before = call(app, "/v2/queues/emails", headers=bearer(TOKEN_A))
     listed = call(app, headers=bearer(TOKEN_A))
-    write_json(
-        path, {"accounts": [{"token": TOKEN_A, "queues": [dict(ALPHA_QUEUE, lag=5)]}]}
-    )  # 0 -> 5
+    # 0 -> 5.
+    write_json(path, {"accounts": [{"token": TOKEN_A, "queues": [dict(ALPHA_QUEUE, lag=5)]}]})
     assert data.refresh() is True
     for path_info, old in (("/v2/queues/emails", before), ("/v2/queues", listed)):
         after = call(

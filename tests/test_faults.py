@@ -49,9 +49,8 @@ def test_oversized_requests_get_waitress_own_4xx(data_path: Path) -> None:
             b"POST /v2/queues HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n" + b"x" * 100000
         )
         assert status_of(server, huge_body) == 413
-        garbage = (
-            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(64) + b"\r\n\r\n"
-        )  # a TLS hello
+        # A TLS hello.
+        garbage = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + os.urandom(64) + b"\r\n\r\n"
         assert status_of(server, garbage) == 400
         assert server.get("/v2/queues", {"Authorization": "Bearer " + TOKEN_A})[0] == 200
         code, _, err = server.stop()
@@ -254,9 +253,8 @@ def test_make_app_answers_503_until_the_file_is_good_and_never_uses_the_dev_toke
     eventually(lambda: missing in caplog.messages)
     assert call(wsgi, headers=bearer(app.DEV_TOKEN)).status == 503
     write_json(path, accounts_document())
-    eventually(
-        lambda: call(wsgi, headers=bearer(TOKEN_A)).status == 200
-    )  # the reloader's next look
+    # The reloader's next look.
+    eventually(lambda: call(wsgi, headers=bearer(TOKEN_A)).status == 200)
     assert call(wsgi, headers=bearer(app.DEV_TOKEN)).status == 401
 
 

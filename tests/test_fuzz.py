@@ -232,6 +232,5 @@ def test_fuzz(app: Any, capsys: Any) -> None:
             assert all(token not in error["error"] for token in TOKENS), context
     with capsys.disabled():
         print("\nfuzz: %d requests, statuses %s" % (CASES, json.dumps(statuses, sort_keys=True)))
-    assert (
-        min(statuses.get(status, 0) for status in (200, 304, 400, 401, 404, 405)) > 20
-    )  # it reached every answer
+    # It reached every answer.
+    assert min(statuses.get(status, 0) for status in (200, 304, 400, 401, 404, 405)) > 20

@@ -107,9 +107,8 @@ def test_other_methods_and_paths(data: Path, writable: bool) -> None:
         assert response.json() == {"error": "method not allowed: this path answers GET, HEAD"}
     for path in ("/healthz//", "/v2/healthz", "/healthz/x"):
         assert call(app, path).status == 404
-    assert (
-        call(app, "/healthz/").body == call(app, "/healthz").body
-    )  # a trailing slash, as on every path
+    # A trailing slash, as on every path.
+    assert call(app, "/healthz/").body == call(app, "/healthz").body
     assert call(app, "/v2/queues").status == 401  # the API still needs its token
 
 
@@ -130,12 +129,10 @@ def test_a_bad_edit_says_stale_and_the_last_good_version_is_served(data: Path) -
         True,
     )
     assert ISO_UTC.fullmatch(body["failedAt"]) and seconds(body["failedAt"]) <= failed_after + 1
-    assert (
-        list(body) == KEYS and b"secret" not in stale.body and b"line" not in stale.body
-    )  # no fault text
-    assert call(app, "/v2/queues", headers=bearer(TOKEN_A)).json() == [
-        served(ALPHA_QUEUE)
-    ]  # still served
+    # No fault text.
+    assert list(body) == KEYS and b"secret" not in stale.body and b"line" not in stale.body
+    # Still served.
+    assert call(app, "/v2/queues", headers=bearer(TOKEN_A)).json() == [served(ALPHA_QUEUE)]
     write_json(data, dict(accounts_document(), accounts=accounts_document()["accounts"][:1]))
     assert source.refresh()
     fixed = call(app, "/healthz").json()
@@ -210,9 +207,8 @@ def test_each_server_answers_and_says_stale_after_a_bad_edit(tmp_path: Path, ser
     with started(COMMANDS[server](port), env, cwd=str(tmp_path)) as proc:
         log = Output(proc.stderr)
         wait_until_answered(port, timeout=60)
-        if (
-            server == "gunicorn"
-        ):  # each worker loads the file itself: both have (their reloader threads run)
+        # Each worker loads the file itself: both have (their reloader threads run)
+        if server == "gunicorn":
             eventually(
                 lambda: (
                     len(children(proc.pid)) == 2
@@ -230,9 +226,8 @@ def test_each_server_answers_and_says_stale_after_a_bad_edit(tmp_path: Path, ser
         assert {(h["status"], h["version"]) for h in [healthz(port) for _ in range(8)]} == {
             ("ok", good)
         }
-        assert all(
-            get("127.0.0.1", port, "/v2/queues/emails")[0] == 200 for _ in range(8)
-        )  # the last good one
+        # The last good one.
+        assert all(get("127.0.0.1", port, "/v2/queues/emails")[0] == 200 for _ in range(8))
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
     assert "Traceback" not in log.text()
@@ -241,9 +236,8 @@ def test_each_server_answers_and_says_stale_after_a_bad_edit(tmp_path: Path, ser
 def test_two_replicas_of_one_file_give_the_same_version(data: Path) -> None:
     with serving(data, "--quiet") as one, serving(data, "--quiet") as two:
         first, second = healthz(one.port), healthz(two.port)
-        assert (
-            first["version"] == second["version"] == sha256(data)
-        )  # each its own load, the same digest
+        # Each its own load, the same digest.
+        assert first["version"] == second["version"] == sha256(data)
 
 
 def test_the_documented_probes_ask_this_path() -> None:

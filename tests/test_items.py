@@ -137,9 +137,8 @@ def test_an_item_is_exactly_its_element_of_the_list(app: Any, path: str) -> None
 
 def test_another_accounts_name_answers_like_no_name_at_all(app: Any) -> None:
     theirs = call(app, "/v2/queues/reports", headers=bearer(TOKEN_A))  # exists in account B
-    nowhere = call(
-        app, "/v2/queues/reparts", headers=bearer(TOKEN_A)
-    )  # exists nowhere; same length
+    # Exists nowhere; same length.
+    nowhere = call(app, "/v2/queues/reparts", headers=bearer(TOKEN_A))
     assert (theirs.status, theirs.headers) == (nowhere.status, nowhere.headers)
     assert theirs.body.replace(b"reports", b"reparts") == nowhere.body
 

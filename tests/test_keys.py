@@ -90,9 +90,8 @@ def test_the_dev_token_serves_the_dev_keys_unless_the_file_sets_its_own(tmp_path
         service.open_data(str(own), None, fallback=service.DEV_TOKEN), access_log=False
     )
     assert call(app, "/v2/keys", headers=bearer(service.DEV_TOKEN)).json() == SIGNING_KEYS
-    configured = service.create_app(
-        service.open_data(str(one), "t"), access_log=False
-    )  # QSTASH_TOKEN set
+    # QSTASH_TOKEN set.
+    configured = service.create_app(service.open_data(str(one), "t"), access_log=False)
     assert call(configured, "/v2/keys", headers=bearer("t")).status == 404
 
 

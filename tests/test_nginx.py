@@ -189,9 +189,8 @@ def test_never_reading_pipeliners_do_not_stop_a_fresh_client(tmp_path: Path) -> 
             for sock in hogs:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
                 sock.sendall(REQUEST * 50)
-            assert fresh_client_answered(
-                port, timeout=9
-            )  # before nginx's send_timeout (10 s) drops them
+            # Before nginx's send_timeout (10 s) drops them.
+            assert fresh_client_answered(port, timeout=9)
         finally:
             for sock in hogs:
                 sock.close()
@@ -366,9 +365,8 @@ def test_the_health_check_is_never_rate_limited_and_skips_a_replica_that_is_not_
             if path == "/healthz" and response.status == 200:
                 assert json.loads(body)["version"] == hashlib.sha256(data.read_bytes()).hexdigest()
         conn.close()
-        assert (
-            statuses[:400] == [("/healthz", 200)] * 400
-        )  # the not-ready replica's 503s passed over
+        # The not-ready replica's 503s passed over.
+        assert statuses[:400] == [("/healthz", 200)] * 400
         assert ("/v2/queues", 429) in statuses[400:]  # the limit is on
         assert not_ready.poll() is None
 

@@ -117,8 +117,7 @@ def test_the_checker_is_strict() -> None:
         with pytest.raises(AssertionError):
             check(bad, {"$ref": "#/components/schemas/Queue"}, "bad")
     group = {"createdAt": 1, "updatedAt": 1, "name": "g", "endpoints": [{"url": "http://a"}]}
-    check(
-        group, {"$ref": "#/components/schemas/URLGroup"}, "ok"
-    )  # an endpoint's name may be absent
+    # An endpoint's name may be absent.
+    check(group, {"$ref": "#/components/schemas/URLGroup"}, "ok")
     with pytest.raises(AssertionError):
         check(dict(group, endpoints=None), {"$ref": "#/components/schemas/URLGroup"}, "bad")

@@ -115,9 +115,8 @@ def installed_names(wheel: Path) -> set:  # type: ignore[type-arg]
 
 
 def test_pip_install_puts_only_qstash_lists_on_the_path(tmp_path: Path) -> None:
-    source = (
-        tmp_path / "source"
-    )  # a copy: building writes build/ and *.egg-info/ beside the sources
+    # A copy: building writes build/ and *.egg-info/ beside the sources.
+    source = tmp_path / "source"
     source.mkdir()
     for name in (
         "setup.cfg",

@@ -108,9 +108,8 @@ def test_an_edit_that_keeps_inode_size_and_mtime_is_seen_by_its_ctime(path: Path
     data = service.open_data(str(path), None, interval=3600)
     before = os.stat(path)
     path.write_text(path.read_text().replace("v1-", "v8-"))  # same size, same inode, new names...
-    os.utime(
-        path, ns=(before.st_atime_ns, before.st_mtime_ns)
-    )  # ...and the same mtime, as cp -p leaves it
+    # ...and the same mtime, as cp -p leaves it.
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     after = os.stat(path)
     assert (after.st_ino, after.st_size, after.st_mtime_ns) == (
         before.st_ino,
@@ -125,9 +124,8 @@ def test_a_forced_look_reads_a_file_whose_signature_did_not_change(
     path: Path, monkeypatch: Any
 ) -> None:
     data = service.open_data(str(path), None, interval=3600)
-    monkeypatch.setattr(
-        store, "_stat", lambda path: data._version.judged
-    )  # a clock too coarse to tell
+    # A clock too coarse to tell.
+    monkeypatch.setattr(store, "_stat", lambda path: data._version.judged)
     write_json(path, version(8, 1))
     assert data.refresh() is False and served(data) == "v1-0"
     assert data.refresh(force=True) is True and served(data) == "v8-0"
@@ -351,9 +349,8 @@ def test_a_file_replaced_while_each_version_is_built_still_has_each_version_serv
     def parse(*args: Any) -> store.Store:
         built = real(*args)
         made[0] += 1
-        os.replace(
-            write_json(tmp_path / "new.json", version(made[0], 2000)), path
-        )  # the generator moves on
+        # The generator moves on.
+        os.replace(write_json(tmp_path / "new.json", version(made[0], 2000)), path)
         return built
 
     os.replace(write_json(tmp_path / "new.json", version(1, 2000)), path)
@@ -417,9 +414,8 @@ def test_a_data_file_nobody_holds_stops_its_reloader(path: Path) -> None:
     data = service.open_data(str(path), None, interval=0.01)
     thread = data._thread
     write_json(path, version(2, 1))
-    eventually(
-        functools.partial(lambda source: served(source) == "v2-0", data)
-    )  # the reloader has looked
+    # The reloader has looked.
+    eventually(functools.partial(lambda source: served(source) == "v2-0", data))
     del data
     eventually(lambda: not thread.is_alive())
 
@@ -430,9 +426,8 @@ def test_a_forked_child_gets_a_reloader_of_its_own(path: Path) -> None:
     fork."""
     data = service.open_data(str(path), None, interval=0.05)
     with warnings.catch_warnings():
-        warnings.simplefilter(
-            "ignore", DeprecationWarning
-        )  # 3.12+: forking a threaded process, as gunicorn does
+        # 3.12+: forking a threaded process, as gunicorn does.
+        warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
     if pid == 0:  # the child: report through the exit status only
         ok = False
@@ -510,9 +505,8 @@ def test_a_file_larger_than_fstat_said_is_cut_off_at_the_limit(
     path: Path, monkeypatch: Any
 ) -> None:
     size = path.stat().st_size
-    monkeypatch.setattr(
-        os, "fstat", lambda fd: _Stat(os.stat(fd), 10)
-    )  # it passes the first check...
+    # It passes the first check...
+    monkeypatch.setattr(os, "fstat", lambda fd: _Stat(os.stat(fd), 10))
     with pytest.raises(store.DataError) as info:
         store.read(str(path), max_size=size - 1)  # ...and the read stops one byte past the limit
     assert info.value.faults == [
@@ -586,13 +580,11 @@ def test_a_child_forked_in_the_middle_of_a_build_serves_the_file_as_it_is_now(
     def reloaders() -> Set[threading.Thread]:  # this data file's (other tests' may still be alive)
         return {t for t in threading.enumerate() if t.name == "qstash-lists reloader: %s" % path}
 
-    parents = (
-        reloaders()
-    )  # a fork from C leaves them listed in the child, though they are not there
+    # A fork from C leaves them listed in the child, though they are not there.
+    parents = reloaders()
     with warnings.catch_warnings():
-        warnings.simplefilter(
-            "ignore", DeprecationWarning
-        )  # 3.12+: forking a threaded process, as servers do
+        # 3.12+: forking a threaded process, as servers do.
+        warnings.simplefilter("ignore", DeprecationWarning)
         pid = fork()
     if pid == 0:  # the child: report through the exit status only
         status = 1
@@ -683,9 +675,8 @@ def test_a_writable_processes_reloader_loads_anothers_writes_once_they_pause(pat
         )
         == "queue created"
     )
-    eventually(
-        lambda: reader.status().failed_at is None
-    )  # the version in service is the one on disk
+    # The version in service is the one on disk.
+    eventually(lambda: reader.status().failed_at is None)
     loaded = reader.current()  # loads nothing now: it is in service
     assert loaded is not None and "new" in loaded.accounts[0].queues
     writer.close()

@@ -99,10 +99,8 @@ def test_python_sdk(server: Server) -> None:
         "queue": snake(ALPHA_QUEUE),
         "signing_key": SIGNING_KEYS,
     }
-    for group, queue in [
-        ("nothere", "nothere"),
-        ("invoices", "reports"),
-    ]:  # nowhere; only in account B
+    # Nowhere; only in account B.
+    for group, queue in [("nothere", "nothere"), ("invoices", "reports")]:
         result = sdk(command, server, TOKEN_A, group, queue)
         assert result["url_group"]["raised"].startswith("Request failed with status: 404, body: ")
         assert MISSING % ("URL group", group) in result["url_group"]["raised"]
@@ -110,9 +108,8 @@ def test_python_sdk(server: Server) -> None:
     theirs = sdk(command, server, TOKEN_B, "invoices", "reports")
     assert theirs["queue"] == snake(dict(BETA_QUEUE, paused=False))
     assert theirs["url_group"]["name"] == "invoices"
-    assert theirs["signing_key"]["raised"].startswith(
-        "Request failed with status: 404"
-    )  # B has none; A's stay A's
+    # B has none; A's stay A's.
+    assert theirs["signing_key"]["raised"].startswith("Request failed with status: 404")
     stranger = sdk(command, server, "wrong", "orders", "emails")
     assert all("status: 401" in stranger[key]["raised"] for key in stranger)
 

@@ -183,9 +183,8 @@ def test_signals(big_file: Path, entry: str, phase: str, signum: str) -> None:
         pytest.skip("%s is not installed (pip install -e .)" % command[0])
     with started(command + ["--port", "0", "--data", str(big_file), "--quiet"]) as proc:
         err = Output(proc.stderr)
-        eventually(
-            lambda: catches(proc.pid, signal.SIGHUP), timeout=30
-        )  # its handlers are in: it is loading
+        # Its handlers are in: it is loading.
+        eventually(lambda: catches(proc.pid, signal.SIGHUP), timeout=30)
         if phase == "while serving":
             assert " on http://" in proc.stdout.readline()  # type: ignore[union-attr]
         else:
@@ -303,9 +302,8 @@ def test_a_missing_data_file_says_how_to_start(tmp_path: Path) -> None:
 
 
 def test_log_lines_start_with_an_iso_8601_utc_timestamp(data_path: Path) -> None:
-    with serving(
-        data_path, env={"TZ": "IST-5:30"}
-    ) as server:  # a server whose local time is not UTC
+    # A server whose local time is not UTC.
+    with serving(data_path, env={"TZ": "IST-5:30"}) as server:
         server.get("/v2/queues/emails", {"Authorization": "Bearer " + TOKEN_A})
         _, _, err = server.stop()
     line = next(line for line in err.splitlines() if '"GET /v2/queues/emails"' in line)
@@ -347,9 +345,8 @@ def test_check_refuses_at_once_what_cannot_be_a_data_file(
     tmp_path: Path, make: Any, args: List[str], reason: str
 ) -> None:
     path = make(tmp_path / "data.json")
-    code, out, err = run(
-        ["--check", "--data", str(path)] + args
-    )  # a FIFO nobody writes to must not hang it
+    # A FIFO nobody writes to must not hang it.
+    code, out, err = run(["--check", "--data", str(path)] + args)
     assert (code, out, err) == (2, "", "%s: cannot read: %s\n" % (path, reason))
 
 
@@ -362,9 +359,8 @@ def test_a_fifo_swapped_in_while_serving_neither_hangs_it_nor_replaces_the_data(
         os.remove(path)
         _fifo(path)
         server.proc.send_signal(signal.SIGHUP)  # look now: at a FIFO nobody writes to
-        server.err.wait_for(
-            "%s: keeping the last good version" % path
-        )  # the look is over: it did not hang
+        # The look is over: it did not hang.
+        server.err.wait_for("%s: keeping the last good version" % path)
         status, _, body = server.get("/v2/queues", auth)
         assert (status, json.loads(body)) == (200, [served(ALPHA_QUEUE)])
         os.remove(path)
@@ -507,17 +503,15 @@ def test_sigterm_ends_it_within_the_stop_timeout_whatever_its_stderr_does(data_p
         assert proc.stdout is not None
         url = re.search(r" on http://127\.0\.0\.1:(\d+)", proc.stdout.readline())
         assert url is not None
-        request = (
-            b"GET /v2/queues/" + b"x" * 2000 + b" HTTP/1.1\r\nHost: t\r\n\r\n"
-        )  # long lines, 401s
+        # Long lines, 401s.
+        request = b"GET /v2/queues/" + b"x" * 2000 + b" HTTP/1.1\r\nHost: t\r\n\r\n"
         with socket.create_connection(("127.0.0.1", int(url.group(1)))) as sock:
             for _ in range(200):  # 400 KB of log lines: far past a pipe's 64 KB
                 sock.sendall(request * 10)
                 sock.recv(1 << 16)
         proc.send_signal(signal.SIGTERM)
-        assert (
-            proc.wait(timeout=10) == 0
-        )  # a stop that waited for the unread stderr would never end
+        # A stop that waited for the unread stderr would never end.
+        assert proc.wait(timeout=10) == 0
 
 
 def test_the_modes_exclude_each_other() -> None:

@@ -339,9 +339,8 @@ def test_an_integer_python_will_not_read_is_one_line_in_our_words() -> None:
         b'{"queues": [{"createdAt": 1, "updatedAt": 2, "name": "q", "parallelism": 1, "lag": 1%s}]}'
         % (b"0" * 4999)
     )
-    if hasattr(
-        sys, "set_int_max_str_digits"
-    ):  # 3.11, 3.10.7, 3.9.14 and later refuse over 4,300 digits
+    # 3.11, 3.10.7, 3.9.14 and later refuse over 4,300 digits.
+    if hasattr(sys, "set_int_max_str_digits"):
         assert one(raw) == "data.json: invalid JSON: an integer of more than 4,300 digits"
     else:
         assert one(raw).startswith(
@@ -439,9 +438,8 @@ def test_edge_values_that_are_fine(tmp_path: Path) -> None:
         ],
         "queues": [dict(Q, createdAt=0, updatedAt=0, lag=2**53 - 1, name="a.B-9_z", paused=True)],
     }
-    loaded = store.parse(
-        b"\xef\xbb\xbf" + json.dumps(document).encode(), "data.json", "t"
-    )  # with a BOM
+    # With a BOM.
+    loaded = store.parse(b"\xef\xbb\xbf" + json.dumps(document).encode(), "data.json", "t")
     assert loaded.accounts[0].queues["a.B-9_z"].lag == 2**53 - 1
 
 

@@ -92,9 +92,8 @@ def test_gunicorn_preload_workers_forked_during_a_load_serve_the_new_version(
         assert get("127.0.0.1", port, "/v2/queues/added")[0] == 404
         busy = cpu_seconds(master.pid)
         replace(data, big_document(150000, extra="added"))
-        eventually(
-            lambda: cpu_seconds(master.pid) - busy > 0.3
-        )  # the master's reloader is building it...
+        # The master's reloader is building it...
+        eventually(lambda: cpu_seconds(master.pid) - busy > 0.3)
         master.send_signal(signal.SIGHUP)  # ...when gunicorn forks new workers
         eventually(lambda: everyone_serves(port, "added"), timeout=30)
         assert master.poll() is None
@@ -214,9 +213,8 @@ def test_a_configuration_mistake_stops_every_server_with_one_line(
         _, err = proc.communicate(timeout=60)
     assert proc.returncode != 0
     assert line.format(data=data) in err.splitlines()
-    assert (
-        '/app.py"' not in err and '/store.py"' not in err
-    )  # no traceback through this project's code
+    # No traceback through this project's code.
+    assert '/app.py"' not in err and '/store.py"' not in err
     if server == "gunicorn":
         assert "Worker failed to boot" in err and err.count("Booting worker") <= 2
         # gunicorn's own race: when both workers fail at once, the second's SIGCHLD can reach the
@@ -234,12 +232,10 @@ def slow_file(tmp_path_factory: Any) -> Path:
     return write_json(tmp_path_factory.mktemp("slow") / "data.json", big_document(150000))
 
 
-@pytest.mark.parametrize(
-    "server", ["waitress-serve", "gunicorn"]
-)  # uWSGI's master loads the app before it
-@pytest.mark.parametrize(
-    "signum", ["SIGHUP", "SIGTERM", "SIGINT"]
-)  # handles any signal: its own affair
+# uWSGI's master loads the app before it.
+@pytest.mark.parametrize("server", ["waitress-serve", "gunicorn"])
+# Handles any signal: its own affair.
+@pytest.mark.parametrize("signum", ["SIGHUP", "SIGTERM", "SIGINT"])
 def test_signals_of_each_server_during_the_first_load(
     slow_file: Path, server: str, signum: str
 ) -> None:
@@ -284,9 +280,8 @@ def test_the_throughput_recipe_finishes_the_answers_in_flight_on_sigterm(tmp_pat
         wait_until_answered(port, timeout=60)
         expected = get("127.0.0.1", port, "/v2/queues")[1]
         reader = socket.socket()
-        reader.setsockopt(
-            socket.SOL_SOCKET, socket.SO_RCVBUF, 4096
-        )  # before connecting: a small window
+        # Before connecting: a small window.
+        reader.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         reader.settimeout(30)
         reader.connect(("127.0.0.1", port))
         reader.sendall(
@@ -294,9 +289,8 @@ def test_the_throughput_recipe_finishes_the_answers_in_flight_on_sigterm(tmp_pat
         )
         received = bytearray(reader.recv(4096))  # the answer has begun...
         master.send_signal(signal.SIGTERM)  # ...when the stop comes
-        log.wait_for(
-            "graceful shutdown", timeout=30
-        )  # the stop has begun, the answer still in flight
+        # The stop has begun, the answer still in flight.
+        log.wait_for("graceful shutdown", timeout=30)
         while True:
             chunk = reader.recv(1 << 20)
             if not chunk:
@@ -336,9 +330,8 @@ def test_uwsgi_workers_say_stale_while_the_file_differs_and_serve_an_edit_within
             Output(master.stderr)
             wait_until_answered(port, timeout=60)
             replace(data, big_document(10, extra="edited-" + interval))
-            if (
-                interval == "3600"
-            ):  # no look for an hour: a worker says so, or serves the edit (its first look)
+            # No look for an hour: a worker says so, or serves the edit (its first look)
+            if interval == "3600":
                 edited = hashlib.sha256(data.read_bytes()).hexdigest()
                 healths = [
                     json.loads(get("127.0.0.1", port, "/healthz", token=None)[1]) for _ in range(20)

@@ -192,9 +192,8 @@ def test_removing_matches_every_field_given_and_nothing_else() -> None:
             store.Endpoint("named", "https://a/3"),
         ),
     )
-    kept, _ = store.remove_endpoints(
-        group, 3, [{"url": "https://a/1"}]
-    )  # the unnamed one at that URL alone
+    # The unnamed one at that URL alone.
+    kept, _ = store.remove_endpoints(group, 3, [{"url": "https://a/1"}])
     assert [e.url for e in kept.endpoints] == ["https://a/2", "https://a/3"]  # type: ignore[union-attr]
     assert store.remove_endpoints(group, 3, [{"name": "named", "url": "https://a/9"}]) == (
         group,
@@ -345,9 +344,8 @@ def test_a_write_to_a_file_swapped_for_another_goes_nowhere_but_its_own_account(
         str(path), None, interval=3600, writable=True, fallback=service.DEV_TOKEN
     )
     app = service.create_app(data, access_log=False)
-    one = write_json(
-        tmp_path / "one.json", {"queues": []}
-    )  # the dev token's account, once in service
+    # The dev token's account, once in service.
+    one = write_json(tmp_path / "one.json", {"queues": []})
     real = store._locked
 
     @contextlib.contextmanager

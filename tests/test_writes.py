@@ -96,10 +96,8 @@ def test_upsert_creates_then_updates_a_queue_keeping_created_at(writable: Any, p
         "jobs",
     ]
     assert on_disk(path)["accounts"][0]["queues"][1] == updated  # on disk before the 200
-    assert path.read_text().splitlines()[:2] == [
-        '{"accounts": [',
-        '{"token": "token-a",',
-    ]  # a line a queue
+    # A line a queue.
+    assert path.read_text().splitlines()[:2] == ['{"accounts": [', '{"token": "token-a",']
 
 
 def test_an_upsert_without_paused_keeps_the_queues_and_the_writer_does_not_read_its_own_write_again(
@@ -144,9 +142,8 @@ def test_a_writer_that_opened_a_version_replaced_before_its_lock_takes_the_new_o
 def test_pause_resume_and_delete(writable: Any) -> None:
     assert send(writable, "POST", "/v2/queues/emails/pause").json()["paused"] is True
     assert call(writable, "/v2/queues/emails", headers=bearer(TOKEN_A)).json()["paused"] is True
-    assert (
-        send(writable, "POST", "/v2/queues/emails/pause").status == 200
-    )  # already paused: no effect
+    # Already paused: no effect.
+    assert send(writable, "POST", "/v2/queues/emails/pause").status == 200
     assert send(writable, "POST", "/v2/queues/emails/resume").json()["paused"] is False
     assert send(writable, "POST", "/v2/queues/nothere/pause").json() == {
         "error": 'not found: no queue named "nothere"'
@@ -155,9 +152,8 @@ def test_pause_resume_and_delete(writable: Any) -> None:
         send(writable, "DELETE", "/v2/queues/emails").status,
         call(writable, headers=bearer(TOKEN_A)).json(),
     ) == (200, [])
-    assert (
-        send(writable, "DELETE", "/v2/queues/emails").status == 200
-    )  # deleting what is not there: nothing to do
+    # Deleting what is not there: nothing to do.
+    assert send(writable, "DELETE", "/v2/queues/emails").status == 200
     assert call(writable, "/v2/queues/emails", headers=bearer(TOKEN_A)).status == 404
 
 
@@ -208,9 +204,8 @@ def test_a_write_changes_the_tokens_own_account_and_nothing_else(writable: Any, 
         token=TOKEN_C,
     )  # an account given by its token's digest
     after = on_disk(path)
-    assert after["accounts"][0]["queues"] == [
-        served(q) for q in before["accounts"][0]["queues"]
-    ]  # A's untouched
+    # A's untouched.
+    assert after["accounts"][0]["queues"] == [served(q) for q in before["accounts"][0]["queues"]]
     assert after["accounts"][0]["urlGroups"] == [
         served(g) for g in before["accounts"][0]["urlGroups"]
     ]
@@ -353,9 +348,8 @@ def test_a_write_after_a_bad_hand_edit_is_refused_and_the_file_kept(
     app = service.create_app(
         service.open_data(str(path), None, interval=3600, writable=True), access_log=False
     )
-    path.write_text(
-        path.read_text().replace('"lag": 0', '"lag": "0"')
-    )  # the reloader has not looked yet
+    # The reloader has not looked yet.
+    path.write_text(path.read_text().replace('"lag": 0', '"lag": "0"'))
     edited = path.read_bytes()
     response = send(
         app, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 1, "paused": False}
@@ -396,10 +390,8 @@ def test_mode_owner_and_symlink_are_kept(tmp_path: Path) -> None:
     assert link.is_symlink() and os.readlink(link) == str(target)
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
     assert [q["name"] for q in on_disk(target)["accounts"][0]["queues"]] == ["emails", "jobs"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "data.json",
-        "real.json",
-    ]  # no temporary file left
+    # No temporary file left.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.json", "real.json"]
 
 
 def test_an_interrupted_write_removes_its_temporary_file_and_keeps_the_old(
@@ -681,9 +673,8 @@ def test_a_hand_edit_that_repeats_a_known_account_is_refused_by_the_process_that
     before = reader.current()  # the file is in the writer's form now
     assert before is not None and before.accounts[1].queues["q01"].parallelism == 5
     first = before.accounts[0].lines + b",\n"
-    path.write_bytes(
-        path.read_bytes().replace(first, first * 2)
-    )  # account A twice, each byte for byte as known
+    # Account A twice, each byte for byte as known.
+    path.write_bytes(path.read_bytes().replace(first, first * 2))
     assert reader.current() is before and reader.status().failed_at is not None
     with pytest.raises(store.DataError) as info:
         store.load(str(path), None)
@@ -703,9 +694,8 @@ def test_writes_that_come_while_one_is_written_go_in_one_version_each_with_its_o
     go, take, rename = threading.Event(), data._take, os.replace
     renames: List[Any] = []
     looks: List[int] = []
-    monkeypatch.setattr(
-        store, "LOCK_TIMEOUT", 600
-    )  # the others wait for the first however slow the machine
+    # The others wait for the first however slow the machine.
+    monkeypatch.setattr(store, "LOCK_TIMEOUT", 600)
 
     def held(raw: bytes, signature: Any) -> Any:
         # The first write's look at the file, under the lock, held: the others wait meanwhile.
@@ -733,9 +723,8 @@ def test_writes_that_come_while_one_is_written_go_in_one_version_each_with_its_o
 
     threads = [threading.Thread(target=upsert, args=("first",))]
     threads[0].start()
-    eventually(
-        lambda: data._writing.locked() and not data._queue
-    )  # the first is at work, and took its own
+    # The first is at work, and took its own.
+    eventually(lambda: data._writing.locked() and not data._queue)
     threads += [threading.Thread(target=upsert, args=("q%d" % i,)) for i in range(5)]
     threads.append(threading.Thread(target=upsert, args=("lost", "not-a-token")))
     for thread in threads[1:]:
@@ -749,15 +738,9 @@ def test_writes_that_come_while_one_is_written_go_in_one_version_each_with_its_o
         lost="no such account",
     )
     assert len(renames) == 2  # the first write's version, then one for the five that waited
-    assert (
-        len(looks) == 2
-    )  # and a write that another made is answered without taking the lock again
+    # And a write that another made is answered without taking the lock again.
+    assert len(looks) == 2
     names = [queue["name"] for queue in on_disk(path)["accounts"][1]["queues"]]
-    assert names[1] == "first" and sorted(names[2:]) == [
-        "q0",
-        "q1",
-        "q2",
-        "q3",
-        "q4",
-    ]  # in the order they came
+    # In the order they came.
+    assert names[1] == "first" and sorted(names[2:]) == ["q0", "q1", "q2", "q3", "q4"]
     data.close()
