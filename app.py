@@ -1215,7 +1215,6 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
     except ConfigError as exc:
         return _fail([str(exc)])
     settings["writable"] = settings["writable"] or args.write
-    path = settings["data"]
     # Before the first load or a recording: none kills half-way.
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stop)
@@ -1223,41 +1222,67 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         signal.signal(signal.SIGHUP, _wake_all)
     if args.record:
         return _record(settings, args.signing_keys)
-    # The dev token stands in for QSTASH_TOKEN only where no one else can reach the server.
-    fallback = DEV_TOKEN if args.check or is_loopback(settings["host"]) else None
+    if args.check:
+        return _check(settings, parser.prog)
+    return _start(settings, args.quiet, parser.prog)
+
+
+def _check(settings: Mapping[str, Any], prog: str) -> int:
+    """--check: one read and one parse (no bodies to encode, no reloader); exit 0, or 2 with the
+    faults."""
+    path = settings["data"]
     try:
-        if args.check:  # one read and one parse: no bodies to encode, no reloader
-            loaded = store.load(path, settings["token"], fallback, settings["max_size"])
-            print("%s: OK: %s" % (path, loaded.summary()))
-            for line in loaded.warnings(path):
-                print(line, file=sys.stderr)
-            return 0
-        # Every line of the process goes through it: none waits for stderr.
-        log = AccessLog(sys.stderr)
-        formatter = logging.Formatter("%(asctime)s.%(msecs)03dZ %(message)s", "%Y-%m-%dT%H:%M:%S")
-        formatter.converter = time.gmtime  # in UTC, as the access log's lines
-        log.setFormatter(formatter)
-        logging.basicConfig(level=logging.INFO, handlers=[log])
-        # waitress's "Task queue depth" warning, for each request that waits for a thread: a burst
-        # floods the log.
-        logging.getLogger("waitress.queue").setLevel(logging.ERROR)
-        data = _open(settings, fallback, required=True, waiting_writes=settings["threads"] // 2)
-    except store.TokenMissing as exc:
-        return _fail(exc.faults + ["The built-in dev token serves only a loopback address."])
+        loaded = store.load(path, settings["token"], DEV_TOKEN, settings["max_size"])
     except store.DataError as exc:
-        if os.path.lexists(path):
-            return _fail(exc.faults)
-        return _fail(
-            [
-                "%s: no such file; to start from the example: %s --example > %s"
-                % (os.path.abspath(path), parser.prog, path)
-            ]
-        )
+        return _not_loaded(exc, path, prog)
+    print("%s: OK: %s" % (path, loaded.summary()))
+    for line in loaded.warnings(path):
+        print(line, file=sys.stderr)
+    return 0
+
+
+def _start(settings: Mapping[str, Any], quiet: bool, prog: str) -> int:
+    """Load the data file and serve it; exit 2 with the faults of one that does not load."""
+    # The dev token stands in for QSTASH_TOKEN only where no one else can reach the server.
+    fallback = DEV_TOKEN if is_loopback(settings["host"]) else None
+    log = _log_to_stderr()
     try:
-        return _serve(settings, data, None if args.quiet else log)
+        data = _open(settings, fallback, required=True, waiting_writes=settings["threads"] // 2)
+    except store.DataError as exc:
+        return _not_loaded(exc, settings["data"], prog)
+    try:
+        return _serve(settings, data, None if quiet else log)
     finally:
         data.close()
         log.close()  # the lines of the requests answered, unless the stream does not take them
+
+
+def _log_to_stderr() -> AccessLog:
+    """Send every line the process logs through an AccessLog on stderr (none waits for it), in
+    UTC as the access log's lines."""
+    log = AccessLog(sys.stderr)
+    formatter = logging.Formatter("%(asctime)s.%(msecs)03dZ %(message)s", "%Y-%m-%dT%H:%M:%S")
+    formatter.converter = time.gmtime
+    log.setFormatter(formatter)
+    logging.basicConfig(level=logging.INFO, handlers=[log])
+    # waitress's "Task queue depth" warning, for each request that waits for a thread: a burst
+    # floods the log.
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)
+    return log
+
+
+def _not_loaded(exc: store.DataError, path: str, prog: str) -> int:
+    """Say why the data file ``path`` does not load, and how to start; exit status 2."""
+    if isinstance(exc, store.TokenMissing):
+        return _fail(exc.faults + ["The built-in dev token serves only a loopback address."])
+    if os.path.lexists(path):
+        return _fail(exc.faults)
+    return _fail(
+        [
+            "%s: no such file; to start from the example: %s --example > %s"
+            % (os.path.abspath(path), prog, path)
+        ]
+    )
 
 
 def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[AccessLog]) -> int:
@@ -1335,19 +1360,20 @@ def _banner(
             )
     else:
         lines.append("# QSTASH_TOKEN: the one set in this server's environment (not shown)")
-    # The JS SDK's QSTASH_DEV=1 asks 127.0.0.1:8080 (or QSTASH_DEV_PORT) for the dev token's signing
-    # keys.
-    why_not = (
-        "this server does not listen on 127.0.0.1"
-        if not is_loopback(settings["host"])
-        else "no account here has the dev token"
-        if loaded.find(DEV_TOKEN.encode()) is None
-        else ""
-        if int(port) == 8080
-        else "set QSTASH_DEV_PORT=%s where the SDK runs" % port
-    )
-    lines.append("# the JS SDK's dev mode (QSTASH_DEV=1): " + (why_not or "finds this server"))
+    lines.append("# the JS SDK's dev mode (QSTASH_DEV=1): " + _dev_mode(settings, loaded, port))
     return lines
+
+
+def _dev_mode(settings: Mapping[str, Any], loaded: store.Store, port: Any) -> str:
+    """Whether the JS SDK's QSTASH_DEV=1, which asks 127.0.0.1:8080 (or QSTASH_DEV_PORT) for the
+    dev token's signing keys, finds this server, or why not."""
+    if not is_loopback(settings["host"]):
+        return "this server does not listen on 127.0.0.1"
+    if loaded.find(DEV_TOKEN.encode()) is None:
+        return "no account here has the dev token"
+    if int(port) != 8080:
+        return "set QSTASH_DEV_PORT=%s where the SDK runs" % port
+    return "finds this server"
 
 
 def run(
@@ -1404,41 +1430,54 @@ def _utc(created: float) -> str:
     )
 
 
+def _prog() -> str:
+    """The command as it was run, for --help, --version and hints: the console script's, -m's, or
+    a script's."""
+    if __name__ != "__main__":
+        return "qstash-lists"
+    if __spec__ is not None:
+        return "python -m " + __spec__.name
+    return "python " + os.path.basename(sys.argv[0])
+
+
+def _epilog() -> str:
+    """--help's last part: each environment variable, and the signals."""
+    lines = ["environment (the command line wins; nothing else is read):"]
+    for setting in SETTINGS.values():
+        if setting.env is None:
+            continue
+        if setting.option:
+            where = "for " + setting.option
+        else:
+            where = "default: " + str(setting.default)
+        lines.append("  %s: %s (%s)" % (setting.env, setting.help, where))
+    lines.append(
+        "signals: SIGHUP makes the server look at the data file at once; SIGTERM or Ctrl-C stops "
+        "it."
+    )
+    return "\n".join(lines)
+
+
 def _parser() -> argparse.ArgumentParser:
-    environment = [
-        "%s: %s (%s)"
-        % (s.env, s.help, "for " + s.option if s.option else "default: " + str(s.default))
-        for s in SETTINGS.values()
-        if s.env
-    ]
     parser = argparse.ArgumentParser(
-        # The command as it was run, for --help, --version and hints: the console script's, -m's, or
-        # a script's.
-        prog="qstash-lists"
-        if __name__ != "__main__"
-        else "python "
-        + ("-m " + __spec__.name if __spec__ is not None else os.path.basename(sys.argv[0])),
+        prog=_prog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Serve QStash's URL groups and queues (GET /v2/topics, /v2/queues and one of "
         "each by name; with --writable, their writes too) from a JSON data file.",
-        epilog="environment (the command line wins; nothing else is read):\n  "
-        + "\n  ".join(environment)
-        + "\nsignals: SIGHUP makes the server look at the data file at once; SIGTERM or Ctrl-C "
-        "stops it.",
+        epilog=_epilog(),
     )
     for key, setting in SETTINGS.items():
-        if setting.option:
-            default = (
-                ("$%s, else %s" % (setting.env, setting.default))
-                if setting.env
-                else setting.default
-            )
-            parser.add_argument(
-                setting.option,
-                dest=key,
-                metavar=key.upper(),
-                help="%s (default: %s)" % (setting.help, default),
-            )
+        if not setting.option:
+            continue
+        default = setting.default
+        if setting.env:
+            default = "$%s, else %s" % (setting.env, setting.default)
+        parser.add_argument(
+            setting.option,
+            dest=key,
+            metavar=key.upper(),
+            help="%s (default: %s)" % (setting.help, default),
+        )
     parser.add_argument(
         "--writable",
         action="store_true",
@@ -1477,97 +1516,93 @@ def _fail(lines: Sequence[str]) -> int:
 def _record(settings: Mapping[str, Any], signing_keys: bool) -> int:
     """Write the account of QSTASH_TOKEN at --upstream to the data file, or leave it as it was (one
     deadline)."""
-    token, base, path, timeout = (
-        settings["token"],
-        settings["upstream"],
-        settings["data"],
-        settings["record_timeout"],
-    )
+    token, path, timeout = settings["token"], settings["data"], settings["record_timeout"]
     if token is None:
         return _fail(["QSTASH_TOKEN is not set: --record reads the account whose token it is"])
-    asking = ["/v2/topics"]  # the request in flight, for the message if time runs out
-    outcome: List[Any] = []  # the document and the names left out, or the ConfigError
-
-    def download() -> None:
-        dropped: set[str] = set()
-        try:
-            document: Dict[str, Any] = {
-                key: [
-                    store.from_api(item, key, dropped)
-                    for item in _fetch(base, route, token, settings["max_size"], timeout, asking)
-                ]
-                for key, route in (("urlGroups", "/v2/topics"), ("queues", "/v2/queues"))
-            }
-            if signing_keys:
-                keys = _fetch(base, "/v2/keys", token, settings["max_size"], timeout, asking)
-                document["signingKeys"] = {k: keys.get(k) for k in ("current", "next")}
-            outcome.append((document, dropped))
-        except ConfigError as exc:
-            outcome.append(exc)
-
+    download = _Download(settings["upstream"], token, settings["max_size"], timeout, signing_keys)
     # A thread the process leaves behind if time runs out: a socket timeout bounds a read, not an
     # answer or a lookup.
-    worker = threading.Thread(target=download, name="qstash-lists --record", daemon=True)
+    worker = threading.Thread(target=download.run, name="qstash-lists --record", daemon=True)
     worker.start()
     worker.join(timeout)
-    if not outcome:
+    if download.error is not None:
+        return _fail([str(download.error) + "; %s is unchanged" % path])
+    if download.document is None:
         return _fail(
             [
                 "GET %s%s: no whole answer within %g s (--record-timeout, "
-                "QSTASH_LISTS_RECORD_TIMEOUT); "
-                "%s is unchanged" % (base, asking[0], timeout, path)
+                "QSTASH_LISTS_RECORD_TIMEOUT); %s is unchanged"
+                % (download.base, download.asking, timeout, path)
             ]
         )
-    if isinstance(outcome[0], ConfigError):
-        return _fail([str(outcome[0]) + "; %s is unchanged" % path])
-    document, dropped = outcome[0]
-    if dropped:
-        print(
-            "%s: left out what a data file does not hold: %s" % (path, ", ".join(sorted(dropped))),
-            file=sys.stderr,
-        )
+    if download.dropped:
+        left_out = ", ".join(sorted(download.dropped))
+        print("%s: left out what a data file does not hold: %s" % (path, left_out), file=sys.stderr)
     try:
-        loaded = store.record(path, document, token, settings["max_size"])
+        loaded = store.record(path, download.document, token, settings["max_size"])
     except store.DataError as exc:
         return _fail(exc.faults + ["%s is unchanged" % path])
-    print("%s: recorded %s from %s" % (path, loaded.summary(), base))
+    print("%s: recorded %s from %s" % (path, loaded.summary(), download.base))
     return 0
 
 
-def _fetch(
-    base: str, route: str, token: str, max_size: int, timeout: float, asking: List[str]
-) -> Any:
-    """GET ``route`` at ``base`` (noted in ``asking``): a JSON array of objects (/v2/keys: one), or
-    ConfigError."""
-    asking[:] = [route]
+class _Download:
+    """--record's download of one account, run in a thread: the request in flight (for the message
+    if time runs out), then the document and the names it left out, or the error."""
+
+    def __init__(
+        self, base: str, token: str, max_size: int, timeout: float, signing_keys: bool
+    ) -> None:
+        self.base, self.token, self.max_size, self.timeout = base, token, max_size, timeout
+        self.signing_keys = signing_keys
+        self.asking = "/v2/topics"
+        self.document: Optional[Dict[str, Any]] = None
+        self.dropped: set[str] = set()
+        self.error: Optional[ConfigError] = None
+
+    def run(self) -> None:
+        try:
+            document: Dict[str, Any] = {
+                key: [store.from_api(item, key, self.dropped) for item in self.fetch(route)]
+                for key, route in (("urlGroups", "/v2/topics"), ("queues", "/v2/queues"))
+            }
+            if self.signing_keys:
+                keys = self.fetch("/v2/keys")
+                document["signingKeys"] = {k: keys.get(k) for k in ("current", "next")}
+        except ConfigError as exc:
+            self.error = exc
+            return
+        self.document = document
+
+    def fetch(self, route: str) -> Any:
+        self.asking = route
+        return _fetch(self.base, route, self.token, self.max_size, self.timeout)
+
+
+#: What to do, said where --record's upstream is this very server, not QStash.
+_OURS = (
+    "that is a qstash-lists server, not QStash; set --upstream (QSTASH_LISTS_UPSTREAM) to "
+    "QStash's API"
+)
+_WHICH_API = "is --upstream (QSTASH_LISTS_UPSTREAM) the QStash API?"
+
+
+def _fetch(base: str, route: str, token: str, max_size: int, timeout: float) -> Any:
+    """GET ``route`` at ``base``: a JSON array of objects (/v2/keys: one), or ConfigError."""
     request = urllib.request.Request(base + route, headers={"Authorization": "Bearer " + token})
-    where, fix = "GET %s%s" % (base, route), "is --upstream (QSTASH_LISTS_UPSTREAM) the QStash API?"
-    ours = (
-        "that is a qstash-lists server, not QStash; set --upstream (QSTASH_LISTS_UPSTREAM) to "
-        "QStash's API"
-    )
-    # a read may last past the run's deadline (timeout): the deadline ends the run first, and says
-    # so
+    where = "GET %s%s" % (base, route)
+    # A read may last past the run's deadline (timeout): the deadline ends the run first, and says
+    # so.
     try:
-        with urllib.request.build_opener(_NoRedirects).open(
-            request, timeout=timeout + 1
-        ) as response:
+        opener = urllib.request.build_opener(_NoRedirects)
+        with opener.open(request, timeout=timeout + 1) as response:
             if response.headers.get("Server") == WAITRESS_SETTINGS["ident"]:
-                raise ConfigError("%s: %s, such as https://qstash.upstash.io" % (where, ours))
+                raise ConfigError("%s: %s, such as https://qstash.upstash.io" % (where, _OURS))
             raw = store.read_at_most(response.read, max_size)
     except urllib.error.HTTPError as exc:
-        fix = (
-            ours
-            if exc.headers.get("Server") == WAITRESS_SETTINGS["ident"]
-            else "check QSTASH_TOKEN"
-            if exc.code in (401, 403)
-            else "try again later"
-            if exc.code >= 500
-            else "not followed; %s (%s)" % (fix, exc.headers.get("Location", "no Location"))
-            if 300 <= exc.code < 400
-            else fix
-        )  # a redirect: the token goes nowhere else
-        raise ConfigError("%s: answered %d %s; %s" % (where, exc.code, exc.reason, fix)) from None
+        raise ConfigError(
+            "%s: answered %d %s; %s" % (where, exc.code, exc.reason, _answered_fix(exc))
+        ) from None
     except (urllib.error.URLError, OSError, UnicodeError) as exc:
         raise ConfigError(
             "%s: no answer (%s); check --upstream (QSTASH_LISTS_UPSTREAM) and the network"
@@ -1581,15 +1616,34 @@ def _fetch(
         raise ConfigError(
             "%s: the answer is over %s (--max-size)" % (where, store.megabytes(max_size))
         )
+    return _answer(raw, base + route, route)
+
+
+def _answered_fix(exc: urllib.error.HTTPError) -> str:
+    """What to do about an error status from --record's upstream."""
+    if exc.headers.get("Server") == WAITRESS_SETTINGS["ident"]:
+        return _OURS
+    if exc.code in (401, 403):
+        return "check QSTASH_TOKEN"
+    if exc.code >= 500:
+        return "try again later"
+    if 300 <= exc.code < 400:  # a redirect: the token goes nowhere else
+        return "not followed; %s (%s)" % (_WHICH_API, exc.headers.get("Location", "no Location"))
+    return _WHICH_API
+
+
+def _answer(raw: bytes, url: str, route: str) -> Any:
+    """The JSON of an answer of --record's upstream ``url``, as ``route`` answers it; or
+    ConfigError."""
     try:
         answer = json.loads(raw)
     except (ValueError, RecursionError) as exc:
         what = "nested too deeply" if isinstance(exc, RecursionError) else "not JSON"
-        raise ConfigError("%s: the answer is %s; %s" % (where, what, fix)) from None
+        raise ConfigError("GET %s: the answer is %s; %s" % (url, what, _WHICH_API)) from None
     if route == "/v2/keys":
         return answer if type(answer) is dict else {}
     if type(answer) is not list or not all(type(item) is dict for item in answer):
-        raise ConfigError("%s%s: expected a JSON array of objects; %s" % (base, route, fix))
+        raise ConfigError("%s: expected a JSON array of objects; %s" % (url, _WHICH_API))
     return answer
 
 

@@ -48,6 +48,7 @@ __all__ = [
     "delete_item",
     "encode",
     "from_api",
+    "is_flag",
     "is_http_url",
     "is_name",
     "is_text",
@@ -221,18 +222,23 @@ def is_http_url(value: Any) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname)
 
 
-def _is_flag(value: Any) -> bool:
+def is_flag(value: Any) -> bool:
+    """true or false."""
     return type(value) is bool
 
 
-#: What each rule says a value should be, in a fault's message.
-EXPECTED: dict[Callable[[Any], bool], str] = {
-    is_whole: "an integer from 0 to 2**53 - 1",
-    is_name: NAME_RULE,
-    _is_flag: "true or false",
-    is_http_url: "an absolute http or https URL",
-    is_text: "printable characters (no control characters, line breaks or lone surrogates)",
-}
+class Rule(NamedTuple):
+    """What a field's values must be: its check, and what a fault's message says it expects."""
+
+    check: Callable[[Any], bool]
+    expected: str
+
+
+WHOLE = Rule(is_whole, "an integer from 0 to 2**53 - 1")
+NAME = Rule(is_name, NAME_RULE)
+FLAG = Rule(is_flag, "true or false")
+HTTP_URL = Rule(is_http_url, "an absolute http or https URL")
+TEXT = Rule(is_text, "printable characters (no control characters, line breaks or lone surrogates)")
 
 
 def check_token(token: str) -> Optional[str]:
@@ -255,15 +261,17 @@ def megabytes(size: int) -> str:
 
 
 # ---- The items: one schema serves loading, checking, serving, writing and recording -----------
-# A field is declared once, as _rule(its rule, or the item kind of its array[, its default if
-# optional]); its JSON
-# key is its name in camelCase, and it is left out of the JSON while it is None.  Items are not
-# frozen (a frozen
-# dataclass's object.__setattr__ costs about as much as parsing the file), but nothing changes one.
-def _rule(check: Any, default: Any = dataclasses.MISSING, required: bool = False) -> Any:
+# A field is declared once, as ``_rule(its Rule, or the item kind of its array[, its default if
+# optional])``: loading, checking, serving, writing and recording follow from it.  Its JSON key is
+# its name in camelCase, and it is left out of the JSON while it is None.  Items are not frozen (a
+# frozen dataclass's __setattr__ costs about as much as parsing the file), but nothing changes one:
+# a change makes a new one (dataclasses.replace).
+def _rule(rule: Any, default: Any = dataclasses.MISSING, required: bool = False) -> Any:
+    """A field of an item, judged by ``rule`` (a Rule, or an item kind for an array of them);
+    optional if it has a ``default`` (but ``required``)."""
     return field(
         default=default,
-        metadata={"rule": check, "required": required or default is dataclasses.MISSING},
+        metadata={"rule": rule, "required": required or default is dataclasses.MISSING},
     )
 
 
@@ -274,7 +282,7 @@ class _Item:
         """The API's object, keys in QStash's order."""
         return {
             key: value
-            for attr, key, _, _ in SCHEMA[type(self)]
+            for attr, key in SCHEMA[type(self)].keys
             for value in (getattr(self, attr),)
             if value is not None
         }
@@ -290,67 +298,91 @@ class _Item:
 class Endpoint(_Item):
     """One endpoint of a URL group."""
 
-    name: Optional[str] = _rule(is_text, None)
+    name: Optional[str] = _rule(TEXT, None)
     # A default only so that it may follow name, as in QStash's.
-    url: str = _rule(is_http_url, "", required=True)
+    url: str = _rule(HTTP_URL, "", required=True)
 
 
 @dataclass
 class UrlGroup(_Item):
     """A URL group (the API's "topic") and its endpoints."""
 
-    created_at: int = _rule(is_whole)
-    updated_at: int = _rule(is_whole)
-    name: str = _rule(is_name)
+    created_at: int = _rule(WHOLE)
+    updated_at: int = _rule(WHOLE)
+    name: str = _rule(NAME)
     endpoints: tuple[Endpoint, ...] = _rule(Endpoint)  # an array of items of that kind
 
     @cached_property
     def lines(self) -> bytes:
         if not self.endpoints:
             return self.raw
-        head = encode({**self.to_dict(), "endpoints": []})[:-2]  # up to the array's "["
-        return (
-            head
-            + b"\n    "
-            + b",\n    ".join([endpoint.raw for endpoint in self.endpoints])
-            + b"\n  ]}"
-        )
+        """This group in the data file: its fields, then its endpoints one a line."""
+        fields = encode({key: v for key, v in self.to_dict().items() if key != "endpoints"})
+        endpoints = b",\n    ".join([endpoint.raw for endpoint in self.endpoints])
+        # Endpoints is its last field: its object then ends with its array.
+        return fields[: -len(b"}")] + b',"endpoints":[\n    ' + endpoints + b"\n  ]}"
 
 
 @dataclass
 class Queue(_Item):
     """A queue."""
 
-    created_at: int = _rule(is_whole)
-    updated_at: int = _rule(is_whole)
-    name: str = _rule(is_name)
-    parallelism: int = _rule(is_whole)
-    lag: int = _rule(is_whole)
-    paused: bool = _rule(_is_flag, False)
+    created_at: int = _rule(WHOLE)
+    updated_at: int = _rule(WHOLE)
+    name: str = _rule(NAME)
+    parallelism: int = _rule(WHOLE)
+    lag: int = _rule(WHOLE)
+    paused: bool = _rule(FLAG, False)
 
 
 Item = Union[UrlGroup, Queue]
-#: Each item kind's fields: (attribute, JSON key, rule or item kind, required), in QStash's order.
-SCHEMA: dict[type, tuple[tuple[str, str, Any, bool], ...]] = {
-    cls: tuple(
-        (
-            f.name,
-            re.sub("_(.)", lambda m: m.group(1).upper(), f.name),
-            f.metadata["rule"],
-            f.metadata["required"],
-        )
-        for f in dataclasses.fields(cls)
-    )
-    for cls in (Endpoint, UrlGroup, Queue)
-}
+
+
+class Field(NamedTuple):
+    """One field of an item kind, as its declaration (_rule) gives it."""
+
+    attr: str  # the dataclass's attribute
+    key: str  # the JSON key: the attribute in camelCase
+    rule: Any  # a Rule, or an item kind (the field is an array of them)
+    required: bool
+
+
+class Schema(NamedTuple):
+    """An item kind's fields, in QStash's order."""
+
+    fields: tuple[Field, ...]
+
+    @property
+    def keys(self) -> list[tuple[str, str]]:
+        return [(f.attr, f.key) for f in self.fields]
+
+
+def _schema(cls: type) -> Schema:
+    """The schema that ``cls``'s declarations give; a TypeError names a field declared without
+    its rule."""
+    fields = []
+    for declared in dataclasses.fields(cls):
+        rule = declared.metadata.get("rule")
+        if not isinstance(rule, Rule) and rule not in (Endpoint, UrlGroup, Queue):
+            raise TypeError(
+                "%s.%s: declare it with _rule(a store.Rule, or an item kind[, its default])"
+                % (cls.__name__, declared.name)
+            )
+        key = re.sub("_(.)", lambda m: m.group(1).upper(), declared.name)
+        fields.append(Field(declared.name, key, rule, declared.metadata["required"]))
+    return Schema(tuple(fields))
+
+
+#: Each item kind's schema.
+SCHEMA: dict[type, Schema] = {cls: _schema(cls) for cls in (Endpoint, UrlGroup, Queue)}
 #: The arrays of the file: each one's key, the Account field that holds it, its item kind.
 ARRAYS = (("urlGroups", "url_groups", UrlGroup), ("queues", "queues", Queue))
 #: The keys each object of the file takes: required, then optional.
 KEYS: dict[Any, tuple[tuple[str, ...], tuple[str, ...]]] = {
     **{
         cls: (
-            tuple(key for _, key, _, required in SCHEMA[cls] if required),
-            tuple(key for _, key, _, required in SCHEMA[cls] if not required),
+            tuple(f.key for f in SCHEMA[cls].fields if f.required),
+            tuple(f.key for f in SCHEMA[cls].fields if not f.required),
         )
         for cls in SCHEMA
     },
@@ -396,25 +428,23 @@ class Account:
 
     @cached_property
     def lines(self) -> bytes:
-        """This account's object in the data file: a queue, URL group or endpoint a line."""
-        head = [json.dumps(dict([self.credential]))[1:-1]] if self.credential else []
+        """This account's object in the data file: a field, queue, URL group or endpoint a line."""
+        fields = []  # each '"key": value'
+        if self.credential is not None:
+            fields.append(json.dumps(dict([self.credential]))[1:-1].encode())
         if self.signing_keys is not None:
-            head.append(
-                json.dumps({"signingKeys": dict(zip(("current", "next"), self.signing_keys))})[1:-1]
-            )
-        parts = [b"{", ",\n ".join(head + [""]).encode()]
+            keys = json.dumps(dict(zip(("current", "next"), self.signing_keys)))
+            fields.append(b'"signingKeys": ' + keys.encode())
         for key, items, attr in (
-            ("urlGroups", self.url_groups, "lines"),
-            ("queues", self.queues, "raw"),
+            (b"urlGroups", self.url_groups, "lines"),
+            (b"queues", self.queues, "raw"),
         ):
             lines = list(map(attrgetter(attr), items.values()))  # each encoded once, fetched in C
-            parts += (
-                [b'"%s": [\n  ' % key.encode(), b",\n  ".join(lines), b"\n ],\n "]
-                if lines
-                else [b'"%s": [],\n ' % key.encode()]
-            )
-        parts[-1] = parts[-1][:-3] + b"}"  # no comma after the last array
-        return b"".join(parts)
+            if lines:
+                fields.append(b'"%s": [\n  %s\n ]' % (key, b",\n  ".join(lines)))
+            else:
+                fields.append(b'"%s": []' % key)
+        return b"{" + b",\n ".join(fields) + b"}"
 
 
 @dataclass(frozen=True)
@@ -671,22 +701,18 @@ class _Checker:
         if item is None:
             return None
         values: dict[str, Any] = {}
-        for attr, key, rule, _ in SCHEMA[cls]:  # a required key missing: said by fields
+        for attr, key, rule, _ in SCHEMA[cls].fields:  # a required key missing: said by fields
             found = item.get(key, _MISSING)
             if found is _MISSING:
                 continue
-            if isinstance(rule, type):  # an array of items
+            if not isinstance(rule, Rule):  # an array of items of that kind
                 where, names = "%s[%d].%s" % (array, i, key), cast("dict[str, int]", {})
-                found = tuple(
-                    [
-                        self.item(v, where, j, rule, names)
-                        for j, v in enumerate(self.each(found, where))
-                    ]
-                )
+                each = self.each(found, where)
+                found = tuple([self.item(v, where, j, rule, names) for j, v in enumerate(each)])
             elif key == "name":
                 self.name(found, array, i, seen, rule)
-            elif not rule(found):
-                self.fault(array, i, key, "expected %s, got %s" % (EXPECTED[rule], _show(found)))
+            elif not rule.check(found):
+                self.fault(array, i, key, "expected %s, got %s" % (rule.expected, _show(found)))
                 continue
             elif key == "updatedAt" and values.get("created_at", -1) > found:
                 self.fault(
@@ -699,21 +725,13 @@ class _Checker:
             values[attr] = found
         return cls(**values) if len(self.faults) == faults else None
 
-    def name(
-        self, value: Any, array: str, i: int, seen: dict[str, int], rule: Callable[[Any], bool]
-    ) -> None:
+    def name(self, value: Any, array: str, i: int, seen: dict[str, int], rule: Rule) -> None:
         """Note an item's name in its array, or say why it breaks its rule or is there already."""
-        if not rule(value):
-            self.fault(
-                array,
-                i,
-                "name",
-                "expected %s, got %s"
-                % (
-                    "a non-empty string" if type(value) is not str or not value else EXPECTED[rule],
-                    _show(value),
-                ),
-            )
+        if not rule.check(value):
+            expected = rule.expected
+            if type(value) is not str or not value:
+                expected = "a non-empty string"
+            self.fault(array, i, "name", "expected %s, got %s" % (expected, _show(value)))
         elif seen.setdefault(value, i) != i:
             self.fault(
                 array,
@@ -1519,6 +1537,24 @@ class DataFile:
         account or a file that holds more may keep it, or shrink: the limits are for what writes
         make)."""
         items = getattr(account, kind)
+        self._check_limits(items, kind, item, new)
+        if new is None:
+            items = {key: value for key, value in items.items() if key != name}
+        else:
+            items = {**items, name: new}
+        changed = dataclasses.replace(account, **{kind: items})  # type: ignore[arg-type]
+        at = store.accounts.index(account)
+        fresh = dataclasses.replace(
+            store, accounts=store.accounts[:at] + (changed,) + store.accounts[at + 1 :]
+        )
+        self._check_sizes(store, account, fresh, changed)
+        return fresh
+
+    def _check_limits(
+        self, items: Mapping[str, Item], kind: str, item: Optional[Item], new: Optional[Item]
+    ) -> None:
+        """LimitReached if ``new`` in place of ``item`` in ``items`` (of ``kind``) makes more than
+        the Limits allow."""
         if item is None and len(items) >= self.limits.items:
             noun = "URL groups" if kind == "url_groups" else "queues"
             raise LimitReached(
@@ -1535,13 +1571,12 @@ class DataFile:
                     % self.limits.endpoints
                 ]
             )
-        if new is None:
-            items = {key: value for key, value in items.items() if key != name}
-        else:
-            items = {**items, name: new}
-        changed = dataclasses.replace(account, **{kind: items})  # type: ignore[arg-type]
+
+    def _check_sizes(self, store: Store, account: Account, fresh: Store, changed: Account) -> None:
+        """TooLarge if ``changed`` in place of ``account`` takes the account over its share of
+        --max-size (none takes the others' room), or ``fresh`` over --max-size itself."""
         share = self.max_size // len(store.accounts)
-        if len(changed.lines) > max(share, len(account.lines)):  # none takes the others' room
+        if len(changed.lines) > max(share, len(account.lines)):
             raise TooLarge(
                 [
                     "%s: this account would be %s, over its share of --max-size (%s: %d accounts)"
@@ -1553,10 +1588,6 @@ class DataFile:
                     )
                 ]
             )
-        at = store.accounts.index(account)
-        fresh = dataclasses.replace(
-            store, accounts=store.accounts[:at] + (changed,) + store.accounts[at + 1 :]
-        )
         if fresh.size > max(self.max_size, store.size):
             raise TooLarge(
                 [
@@ -1564,7 +1595,6 @@ class DataFile:
                     % (self.path, megabytes(fresh.size), megabytes(self.max_size))
                 ]
             )
-        return fresh
 
     # -- The version in service --------------------------------------------------------------------
     def _build(self, raw: bytes) -> Store:
