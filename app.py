@@ -784,10 +784,9 @@ def create_app(
             exc_info = sys.exc_info()
         start_response(answer.status, answer.headers, exc_info)
         data = answer.body
+        # HEAD: the same headers as GET, errors included, and never a body (RFC 9110, 9.3.2).
         if environ.get("REQUEST_METHOD") == "HEAD":
-            data = (
-                b""  # the same headers as GET, errors included, and never a body (RFC 9110, 9.3.2)
-            )
+            data = b""
         if access_log:
             ms = (time.perf_counter() - started) * 1000
             _log_request(access_log, environ, Request(time.time(), environ, answer, len(data), ms))

@@ -378,6 +378,23 @@ def test_a_write_that_would_pass_the_size_limit_is_refused(path: Path) -> None:
     assert response.status == 507 and path.read_bytes() == before
 
 
+def test_a_new_kind_of_refusal_answers_as_its_nearest_parent() -> None:
+    """The refusals are looked up along the class's MRO: a new subclass of TooLarge is a 507, of
+    DataError a 503 with Retry-After, never the answer of whatever is listed last."""
+
+    class Over(store.TooLarge):
+        pass
+
+    class Other(store.DataError):
+        pass
+
+    too_large = service._refused(Over(["x: over"]))
+    assert too_large.status == 507 and too_large.why == "too large"
+    other = service._refused(Other(["x: other"]))
+    assert other.status == 503 and ("Retry-After", "1") in other.render().headers
+    assert service._refused(store.Busy(["x: busy"])).status == 503
+
+
 def test_mode_owner_and_symlink_are_kept(tmp_path: Path) -> None:
     target = write_json(tmp_path / "real.json", accounts_document())
     os.chmod(target, 0o644)
