@@ -19,6 +19,8 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 from wsgiref.util import setup_testing_defaults
 from wsgiref.validate import validator
 
+import store
+
 # The checkout; pytest puts it on sys.path (pyproject.toml)
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,14 +76,12 @@ def accounts_document() -> Dict[str, Any]:
     )
 
 
-# A queue's fields, and what the server answers for each optional one left out: the one place in the
-# tests that a
-# new optional field touches.  Every test that checks a served item compares it through served().
+#: What the server answers for each optional queue field that a data file leaves out, where that
+#: is not "nothing": the one place in the tests that a new optional field with such a default
+#: touches.  Every test that checks a served item compares it through served().
 QUEUE_DEFAULTS = {"paused": False}
-QUEUE_KEYS = ", ".join(
-    "'%s'" % key
-    for key in ["createdAt", "updatedAt", "name", "parallelism", "lag", *QUEUE_DEFAULTS]
-)  # as a fault message lists them
+#: A queue's keys as a fault message lists them: as store.py declares them.
+QUEUE_KEYS = ", ".join("'%s'" % key for keys in store.KEYS[store.Queue] for key in keys)
 
 
 def served(item: Dict[str, Any]) -> Dict[str, Any]:
