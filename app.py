@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import gzip
 import hashlib
 import http.client
@@ -21,8 +22,11 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import typing
@@ -35,6 +39,7 @@ from typing import (
     Callable,
     Dict,
     Iterable,
+    Iterator,
     List,
     Mapping,
     NamedTuple,
@@ -88,6 +93,8 @@ DEV_SIGNING_KEYS = ("sig_7kYjw48mhY7kAjqNGcy6cr29RJ6r", "sig_5ZB6DVzB1wjE8S6rZ7e
 _DEV_DIGEST = hashlib.sha256(DEV_TOKEN.encode()).digest()
 #: No token needed; it says which version of the data file is served (see health).
 HEALTH_PATH = "/healthz"
+#: With --reset (and --writable): puts the token's account back as the server started (see reset).
+RESET_PATH = "/qstash-lists/reset"
 #: The route table, the one place that names the paths: a path ("{name}" is an item's name, one
 #: segment) -> the methods it answers.  GET (and so HEAD) reads; the others write, with --writable.
 ROUTES: Dict[str, Tuple[str, ...]] = {
@@ -100,6 +107,7 @@ ROUTES: Dict[str, Tuple[str, ...]] = {
     "/v2/queues/{name}/resume": ("POST",),
     "/v2/keys": ("GET",),
     HEALTH_PATH: ("GET",),
+    RESET_PATH: ("POST",),
 }
 #: What each collection answers: the store.Account field, and what one of its items is called.
 FIELDS = {
@@ -153,6 +161,8 @@ MAX_QUERY_TOKENS = 16  # more differently written qstash_token values than this 
 #: Lines held for a log stream that does not keep up; past that, dropped and counted.
 ACCESS_LOG_BACKLOG = 10000
 ACCESS_LOG_CLOSE_TIMEOUT = 1.0  # how long the access log may take to write its last lines at a stop
+#: How long serving() lets the answers in flight finish when its block ends.
+SERVING_STOP_TIMEOUT = 5.0
 MAX_THREADS = 1024  # the most --threads allows (each has a stack; thousands only queue on 2 cores)
 
 logger = logging.getLogger("qstash_lists")
@@ -554,10 +564,13 @@ def _host_is_local(host: Optional[str], allowed: Iterable[str]) -> bool:
 
 # ---- The WSGI app --------------------------------------------------------------------------------
 def respond(
-    environ: WSGIEnvironment, source: store.DataFile, allowed_hosts: Iterable[str] = ()
+    environ: WSGIEnvironment,
+    source: store.DataFile,
+    allowed_hosts: Iterable[str] = (),
+    resets: bool = False,
 ) -> Answer:
     """Answer one request: a web page's refused; the route, the method, the health check; the
-    name, the credential, then the read or the write."""
+    name, the credential, then the read, the write or (``resets``) the reset."""
     _refuse_web_pages(environ)
     target = _route(environ.get("PATH_INFO", ""))
     method = environ.get("REQUEST_METHOD", "")
@@ -566,8 +579,15 @@ def respond(
         raise MethodNotAllowed(allowed, ROUTES[target.route], method)
     if target.route == HEALTH_PATH:
         return health(source.status())
+    if target.route == RESET_PATH and not resets:
+        raise NotFound(
+            "not found: %s answers once the server is started with --reset (QSTASH_LISTS_RESET=1)"
+            % RESET_PATH
+        )
     _check_name(target, method)
     account = _account(environ, source, allowed_hosts)
+    if target.route == RESET_PATH:
+        return reset(source, account)
     if method in ("GET", "HEAD"):
         return read(environ, account, target)
     return write(environ, source, account, target)
@@ -684,11 +704,24 @@ def _upsert(body: Dict[str, Any], longest: int) -> Change:
     return Change(name, store.upsert_queue, (name, parallelism, paused))
 
 
+#: A write's answer: 200 without content, as QStash's OpenAPI declares every write's (the SDKs
+#: parse none); a client that parses it fails here as on QStash.
+WRITTEN = Answer(
+    "200 OK",
+    [
+        ("Content-Type", "text/plain; charset=utf-8"),
+        ("Content-Length", "0"),
+        ("Cache-Control", NO_STORE),
+    ],
+    b"",
+)
+
+
 def write(
     environ: WSGIEnvironment, source: store.DataFile, account: store.Account, target: Target
 ) -> Answer:
-    """Make one of QStash's writes to the token's account in the data file; answer the item as it
-    is now."""
+    """Make one of QStash's writes to the token's account in the data file: 200 without content
+    once it is on disk."""
     field, noun = FIELDS[target.collection]
     asked = change(environ, target, source.limits.name)
     try:
@@ -699,10 +732,7 @@ def write(
         raise _refused(exc) from None
     if did == "no such " + noun:
         raise _no_such(noun, asked.name)
-    # This write's version, or a later one.
-    fresh = typing.cast(store.Store, source.current()).by_digest.get(account.token_sha256)
-    item = fresh.item(field, asked.name) if fresh is not None and asked.name else None
-    return _json_answer(HTTPStatus.OK, item or {}, why=did)
+    return WRITTEN._replace(why=did)
 
 
 class Refusal(NamedTuple):
@@ -748,6 +778,18 @@ def _refused(exc: store.DataError) -> HTTPError:
     return refusal.error(refusal.message, why=refusal.why)
 
 
+def reset(source: store.DataFile, account: store.Account) -> Answer:
+    """Put the token's account back as the server started (a test's fresh state): 200 without
+    content once it is on disk."""
+    try:
+        did = source.restore(account.token_sha256)
+    except LookupError:
+        raise Unauthorized("account gone") from None
+    except store.DataError as exc:
+        raise _refused(exc) from None
+    return WRITTEN._replace(why=did)
+
+
 def health(status: store.Status) -> Answer:
     """Answer the health check: 200 while a good version is served, else 503; its SHA-256, since
     when, and since when the file on disk differs (``stale``)."""
@@ -764,18 +806,21 @@ def health(status: store.Status) -> Answer:
 
 
 def create_app(
-    source: store.DataFile, access_log: bool | AccessLog = True, allowed_hosts: Iterable[str] = ()
+    source: store.DataFile,
+    access_log: bool | AccessLog = True,
+    allowed_hosts: Iterable[str] = (),
+    resets: bool = False,
 ) -> WSGIApplication:
     """Return the WSGI callable that serves (and, if writable, writes) ``source``.  ``access_log``:
     True logs each request to the ``qstash_lists.access`` logger, an AccessLog in batches, False
-    not; allowed_hosts: see SETTINGS."""
+    not; ``allowed_hosts``: see SETTINGS; ``resets``: RESET_PATH answers (writable only)."""
     allowed_hosts = frozenset(host.lower() for host in allowed_hosts)
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         started = time.perf_counter() if access_log else 0.0
         exc_info = None
         try:
-            answer = respond(environ, source, allowed_hosts)
+            answer = respond(environ, source, allowed_hosts, resets)
         except HTTPError as err:
             answer = err.render()
         except Exception:
@@ -1047,6 +1092,13 @@ SETTINGS: Dict[str, Setting] = {
     "writable": Setting(
         None, "QSTASH_LISTS_WRITABLE", "0", _switch, "1: take QStash's writes, saved to the file"
     ),
+    "reset": Setting(
+        None,
+        "QSTASH_LISTS_RESET",
+        "0",
+        _switch,
+        "1: with writes, POST %s puts the token's account back as the server started" % RESET_PATH,
+    ),
     "max_size": Setting(
         "--max-size", "QSTASH_LISTS_MAX_SIZE", "64M", _size, "the largest data file (64M, 2G, ...)"
     ),
@@ -1176,7 +1228,7 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
         data = _open(settings, None, required=False)  # logged; answered with 503 until it is good
     except KeyboardInterrupt:  # Ctrl-C during the first load: a stop, not a traceback
         raise SystemExit(130) from None
-    return create_app(data, allowed_hosts=settings["allowed_hosts"] or ())
+    return create_app(data, allowed_hosts=settings["allowed_hosts"] or (), resets=settings["reset"])
 
 
 def _open(
@@ -1214,6 +1266,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
     except ConfigError as exc:
         return _fail([str(exc)])
     settings["writable"] = settings["writable"] or args.write
+    settings["reset"] = settings["reset"] or args.resets
     # Before the first load or a recording: none kills half-way.
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stop)
@@ -1223,6 +1276,8 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         return _record(settings, args.signing_keys)
     if args.check:
         return _check(settings, parser.prog)
+    if args.run is not None:
+        return _run_command(settings, args, parser.prog)
     return _start(settings, args.quiet, parser.prog)
 
 
@@ -1244,7 +1299,7 @@ def _start(settings: Mapping[str, Any], quiet: bool, prog: str) -> int:
     """Load the data file and serve it; exit 2 with the faults of one that does not load."""
     # The dev token stands in for QSTASH_TOKEN only where no one else can reach the server.
     fallback = DEV_TOKEN if is_loopback(settings["host"]) else None
-    log = _log_to_stderr()
+    log = _log_to_stderr(quiet)
     try:
         data = _open(settings, fallback, required=True, waiting_writes=settings["threads"] // 2)
     except store.DataError as exc:
@@ -1256,14 +1311,14 @@ def _start(settings: Mapping[str, Any], quiet: bool, prog: str) -> int:
         log.close()  # the lines of the requests answered, unless the stream does not take them
 
 
-def _log_to_stderr() -> AccessLog:
+def _log_to_stderr(quiet: bool) -> AccessLog:
     """Send every line the process logs through an AccessLog on stderr (none waits for it), in
-    UTC as the access log's lines."""
+    UTC as the access log's lines; ``quiet``: faults only (no line a reload or reset)."""
     log = AccessLog(sys.stderr)
     formatter = logging.Formatter("%(asctime)s.%(msecs)03dZ %(message)s", "%Y-%m-%dT%H:%M:%S")
     formatter.converter = time.gmtime
     log.setFormatter(formatter)
-    logging.basicConfig(level=logging.INFO, handlers=[log])
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, handlers=[log])
     # waitress's "Task queue depth" warning, for each request that waits for a thread: a burst
     # floods the log.
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)
@@ -1295,7 +1350,7 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[A
     socket_map: Dict[int, Any] = {}
     try:
         server = create_server(
-            create_app(data, access or False, settings["allowed_hosts"] or ()),
+            create_app(data, access or False, settings["allowed_hosts"] or (), settings["reset"]),
             map=socket_map,
             host=host,
             port=port,
@@ -1405,6 +1460,43 @@ def run(
         dispatcher.close()
 
 
+@contextlib.contextmanager
+def serving(
+    source: store.DataFile,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    threads: int = 4,
+    resets: bool = False,
+) -> Iterator[str]:
+    """Serve ``source`` under waitress in a thread of this process (on a free port unless told)
+    until the block ends, then stop it as run() does; yield its URL.  It sets no signal handler,
+    logs no request and never exits the process."""
+    from waitress import create_server
+
+    socket_map: Dict[int, Any] = {}
+    server = create_server(
+        create_app(source, access_log=False, resets=resets),
+        map=socket_map,
+        host=host,
+        port=port,
+        threads=threads,
+        **WAITRESS_SETTINGS,
+    )
+    stops: List[bool] = []
+    thread = threading.Thread(
+        target=run,
+        args=(server, socket_map, SERVING_STOP_TIMEOUT, lambda: bool(stops)),
+        name="qstash-lists server",
+    )
+    thread.start()
+    try:
+        yield "http://%s:%s" % ("[%s]" % host if ":" in host else host, server.effective_port)
+    finally:
+        stops.append(True)
+        server.pull_trigger()  # the loop wakes at once, and stops
+        thread.join()
+
+
 def _stop(signum: int, frame: Any) -> None:
     # Before serving, nothing is in flight: stop now, on every way out (while serving, see run).
     raise SystemExit(0)
@@ -1485,7 +1577,16 @@ def _parser() -> argparse.ArgumentParser:
         "read-only, or $QSTASH_LISTS_WRITABLE)",
     )
     parser.add_argument(
-        "--quiet", action="store_true", help="no access log (default: log each request)"
+        "--reset",
+        action="store_true",
+        dest="resets",
+        help="with --writable: POST %s puts the token's account back as the server started "
+        "(default: off, or $QSTASH_LISTS_RESET)" % RESET_PATH,
+    )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no line a request, reload or reset: only faults (default: log each)",
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
@@ -1496,6 +1597,13 @@ def _parser() -> argparse.ArgumentParser:
         "--record",
         action="store_true",
         help="write the data file from the account of QSTASH_TOKEN at --upstream, and exit",
+    )
+    mode.add_argument(
+        "--run",
+        nargs=argparse.REMAINDER,
+        metavar="COMMAND",
+        help="serve a copy of the data file (writable, --reset) on a free port, run COMMAND with "
+        "QSTASH_URL and QSTASH_TOKEN set, stop, and exit with its status (last on the line)",
     )
     parser.add_argument(
         "--signing-keys",
@@ -1509,6 +1617,67 @@ def _parser() -> argparse.ArgumentParser:
 def _fail(lines: Sequence[str]) -> int:
     print("\n".join(lines), file=sys.stderr)
     return 2
+
+
+# ---- --run: the server around a test command ---------------------------------------------------
+def _run_command(settings: Mapping[str, Any], args: argparse.Namespace, prog: str) -> int:
+    """--run: serve a copy of the data file (writable, with --reset) in this process, on a free
+    port unless --port says, run the command with QSTASH_URL and QSTASH_TOKEN set, stop, and exit
+    with the command's status."""
+    if not args.run:
+        return _fail(["--run: give the command after it, such as: %s --run npm test" % prog])
+    path = settings["data"]
+    try:  # the faults name the user's file, not the copy
+        loaded = store.load(path, settings["token"], DEV_TOKEN, settings["max_size"])
+    except store.DataError as exc:
+        return _not_loaded(exc, path, prog)
+    token = _token_of(loaded, settings["token"])
+    if token is None:
+        return _fail(
+            ["%s: --run sets QSTASH_TOKEN to the first account with a 'token': give one one" % path]
+        )
+    log = _log_to_stderr(args.quiet)
+    port = 0 if args.port is None else settings["port"]
+    with tempfile.TemporaryDirectory(prefix="qstash-lists-") as folder:
+        copy = os.path.join(folder, os.path.basename(path))
+        shutil.copyfile(path, copy)
+        data = _open(dict(settings, data=copy, writable=True), DEV_TOKEN, required=True)
+        try:
+            with serving(data, settings["host"], port, settings["threads"], resets=True) as url:
+                if not args.quiet:
+                    logger.info("serving a copy of %s on %s for: %s", path, url, " ".join(args.run))
+                return _child(args.run, dict(os.environ, QSTASH_URL=url, QSTASH_TOKEN=token), prog)
+        finally:
+            data.close()
+            log.close()
+
+
+def _token_of(loaded: store.Store, token: Optional[str]) -> Optional[str]:
+    """The token --run gives the command: a one-account file's (QSTASH_TOKEN, else the dev
+    token), or the first account's that names its token in clear."""
+    if loaded.single_account:
+        return token or DEV_TOKEN
+    for account in loaded.accounts:
+        if account.credential is not None and account.credential[0] == "token":
+            return account.credential[1]
+    return None
+
+
+def _child(command: List[str], env: Dict[str, str], prog: str) -> int:
+    """Run ``command`` to its end and return its exit status (a signal's as a shell gives it:
+    128 + its number); SIGTERM is passed on to it (Ctrl-C reaches it from the terminal)."""
+    try:
+        child = subprocess.Popen(command, env=env)
+    except OSError as exc:
+        return _fail(["%s --run: cannot run %s: %s" % (prog, command[0], exc.strerror or exc)])
+
+    def pass_on(signum: int, frame: Any) -> None:
+        os.kill(child.pid, signum)  # no lock taken: a signal handler's work
+
+    signal.signal(signal.SIGTERM, pass_on)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    status = child.wait()
+    return status if status >= 0 else 128 - status
 
 
 # ---- --record: a copy of a real account ----------------------------------------------------------

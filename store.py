@@ -1273,15 +1273,15 @@ class _Version:
         return digest.hexdigest()
 
 
+#: A change of the store at a time (Unix milliseconds): the store with it made, and what it did.
+Change = Callable[["Store", int], "tuple[Store, str]"]
+
+
 @dataclass(eq=False)
 class _Write:
-    """One change waiting for this process's writer (see DataFile.update), then its outcome."""
+    """One change waiting for this process's writer (see DataFile._write), then its outcome."""
 
-    digest: bytes  # the account's
-    kind: str  # "queues" or "url_groups"
-    name: str
-    change: Callable[..., tuple[Optional[Item], str]]  # see "The changes a write makes"
-    args: tuple[Any, ...]
+    change: Change
     did: Optional[str] = None  # what it did, once written
     error: Optional[Exception] = None  # or why it was not
 
@@ -1336,6 +1336,7 @@ class DataFile:
         self._token = token
         self._fallback = fallback
         self._version = _Version()  # guarded by _lock: the one owner, _put and _refuse
+        self._first: Optional[Store] = None  # the first good store (see restore): set by _put
         self._fault: Optional[str] = None  # the first line of the fault last logged, until it ends
         self._closed = False
         self._forked = False  # set in a forked child (after_fork) until its first call
@@ -1415,7 +1416,22 @@ class DataFile:
         file that does not load: kept), Busy (the lock not had in time), DataError (unwritable).
         The writes that come while one is written wait for it, then go in one version: one fsync
         for a burst."""
-        write = _Write(digest, kind, name, change, args)
+        return self._write(partial(self._item_changed, digest, kind, name, change, args))
+
+    def restore(self, digest: bytes) -> str:
+        """Put the account ``digest`` back as the first version this DataFile loaded had it (an
+        account it did not have: empty), written as update writes; say what it did."""
+        return self._write(partial(self._account_restored, digest))
+
+    def replace(self, raw: bytes) -> None:
+        """Write the data file ``raw`` (checked first, as a load would: DataError) in place of the
+        latest version, as update writes."""
+        fresh = parse(raw, self.path, self._token, self._fallback)
+        self._write(lambda store, now: (fresh, "replaced"))
+
+    def _write(self, change: Change) -> str:
+        """Make ``change`` in the latest version, write it and serve it; say what it did."""
+        write = _Write(change)
         deadline = time.monotonic() + LOCK_TIMEOUT
         with self._queue_lock:
             # The write at work holds a thread too: it is not in the queue.
@@ -1515,34 +1531,50 @@ class DataFile:
         for write in batch:
             write.did, write.error = None, None
             try:
-                account = store.by_digest[write.digest]  # a KeyError (LookupError): no such account
-                item = account.item(write.kind, write.name)
-                new, write.did = write.change(item, now, *write.args)
-                if new is not item:
-                    store = self._changed(store, account, write.kind, write.name, item, new)
+                store, write.did = write.change(store, now)
             except (LookupError, LimitReached, TooLarge) as exc:  # this change's own
                 write.did, write.error = None, exc
         return store
 
-    def _changed(
+    def _item_changed(
         self,
-        store: Store,
-        account: Account,
+        digest: bytes,
         kind: str,
         name: str,
-        item: Optional[Item],
-        new: Optional[Item],
-    ) -> Store:
-        """``store`` with ``new`` in place of ``item``; LimitReached or TooLarge past a limit (an
-        account or a file that holds more may keep it, or shrink: the limits are for what writes
-        make)."""
+        change: Callable[..., tuple[Optional[Item], str]],
+        args: tuple[Any, ...],
+        store: Store,
+        now: int,
+    ) -> tuple[Store, str]:
+        """The change of update(): ``store`` with ``change`` made to the item; LookupError (a
+        KeyError) if the account is not there, LimitReached or TooLarge past a limit (an account
+        or a file that holds more may keep it, or shrink: the limits are for what writes make)."""
+        account = store.by_digest[digest]
         items = getattr(account, kind)
+        item = items.get(name)
+        new, did = change(item, now, *args)
+        if new is item:
+            return store, did
         self._check_limits(items, kind, item, new)
         if new is None:
             items = {key: value for key, value in items.items() if key != name}
         else:
             items = {**items, name: new}
         changed = dataclasses.replace(account, **{kind: items})  # type: ignore[arg-type]
+        return self._with_account(store, account, changed), did
+
+    def _account_restored(self, digest: bytes, store: Store, now: int) -> tuple[Store, str]:
+        """The change of restore()."""
+        account = store.by_digest[digest]
+        first = self._first.by_digest.get(digest) if self._first is not None else None
+        if first is None:
+            first = dataclasses.replace(account, url_groups={}, queues={})
+        if first is account:
+            return store, "already as it was"
+        return self._with_account(store, account, first), "put back as it was"
+
+    def _with_account(self, store: Store, account: Account, changed: Account) -> Store:
+        """``store`` with ``changed`` in place of ``account``; TooLarge past a size limit."""
         at = store.accounts.index(account)
         fresh = dataclasses.replace(
             store, accounts=store.accounts[:at] + (changed,) + store.accounts[at + 1 :]
@@ -1627,8 +1659,10 @@ class DataFile:
         """Put ``store`` in service, as the version ``signature`` made of ``pieces``.
         Precondition: _lock is held, or this is the constructor."""
         self._version = _Version(signature, store, tuple(pieces), time.time())
+        if self._first is None:
+            self._first = store
         if self._fault is not None:
-            logger.info("%s: good again", self.path)
+            logger.warning("%s: good again", self.path)  # a fault's end: shown with --quiet too
             self._fault = None
 
     def _refuse(self, signature: Optional[Signature], fault: DataError) -> None:

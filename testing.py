@@ -1,14 +1,16 @@
 """qstash-lists in tests: serve() runs a stand-in in a thread on a free port, and the fixture
 ``qstash_server`` (this is the pytest plugin the package installs; ``-p no:qstash_lists`` turns
-it off) gives each test its own."""
+it off) gives each test a fresh state on one server for the whole run.
+
+    from qstash_lists.testing import serve
+"""
 
 import contextlib
 import json
 import os
 import secrets
+import shutil
 import tempfile
-import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, Optional
 
 if TYPE_CHECKING or not __package__:  # beside app.py, loaded by name
@@ -16,10 +18,17 @@ if TYPE_CHECKING or not __package__:  # beside app.py, loaded by name
 else:
     from . import app
 
+#: What a test's data file starts from unless the fixture ``qstash_data`` says otherwise.
+EMPTY_ACCOUNT: "dict[str, list[Any]]" = {"urlGroups": [], "queues": []}
+#: serve()'s reloader looks this seldom (seconds): a writable server looks before every request.
+INTERVAL = 3600.0
+#: The ini setting that starts the run's server before the tests are imported (see below).
+ENVIRON_SETTING = "qstash_lists_environ"
+
 
 class Server(NamedTuple):
     """A server that :func:`serve` runs: where it listens, the token of its one-account file, and
-    the data file."""
+    the data file it serves."""
 
     url: str
     token: str
@@ -35,45 +44,71 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 0,
 ) -> Iterator[Server]:
-    """Serve ``data`` (a data file's path, or its document, written to a file of its own that goes
-    at the end) until the ``with`` block ends: on a free port unless told, writable unless told;
-    a one-account document gets ``token`` (default: a new random one)."""
-    from waitress import create_server
+    """Serve ``data`` until the ``with`` block ends: a data file's path (a copy of it is served:
+    the file is left as it was) or a document; on a free port and writable unless told; a
+    one-account document gets ``token`` (default: a new random one).
 
+    It does not set QSTASH_URL or QSTASH_TOKEN, set a signal handler, log a request, or exit."""
+    with _serving(data, token, writable=writable, host=host, port=port) as (server, _):
+        yield server
+
+
+@contextlib.contextmanager
+def _serving(
+    data: Any, token: Optional[str], *, writable: bool, host: str, port: int
+) -> Iterator["tuple[Server, Any]"]:
+    """serve(), with the store.DataFile it serves."""
     token = token or secrets.token_urlsafe(16)
-    with contextlib.ExitStack() as stack:
-        if not isinstance(data, (str, os.PathLike)):
-            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="qstash-lists-"))
-            with open(os.path.join(folder, "data.json"), "w", encoding="utf-8") as file:
+    with tempfile.TemporaryDirectory(prefix="qstash-lists-") as folder:
+        path = os.path.join(folder, "data.json")
+        if isinstance(data, (str, os.PathLike)):
+            shutil.copyfile(data, path)
+        else:
+            with open(path, "w", encoding="utf-8") as file:
                 json.dump(data, file)
-            data = file.name
-        source = app.open_data(os.fspath(data), token, 3600, writable=writable)
-        stack.callback(source.close)
-        socket_map: "dict[int, Any]" = {}
-        server = create_server(
-            app.create_app(source, access_log=False),
-            map=socket_map,
-            host=host,
-            port=port,
-            threads=4,
-            **app.WAITRESS_SETTINGS,
-        )
-        stop = threading.Event()
-        thread = threading.Thread(
-            target=app.run, args=(server, socket_map, 5.0, stop.is_set), name="qstash-lists server"
-        )
-        thread.start()
+        source = app.open_data(path, token, INTERVAL, writable=writable)
         try:
-            yield Server(
-                "http://%s:%s"
-                % (host if ":" not in host else "[%s]" % host, server.effective_port),
-                token,
-                os.fspath(data),
-            )
+            with app.serving(source, host, port) as url:
+                yield Server(url, token, path), source
         finally:
-            stop.set()
-            server.pull_trigger()  # the loop wakes at once, and stops
-            thread.join()
+            source.close()
+
+
+class _Session:
+    """The run's one server: started once (the first test that asks, or the ini setting), put
+    back to each test's ``qstash_data`` before it (in place: its URL and token stay)."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self.server, self._source = self._stack.enter_context(
+            _serving(EMPTY_ACCOUNT, None, writable=True, host="127.0.0.1", port=0)
+        )
+
+    def reset(self, document: Any) -> str:
+        """Put the data file back to ``document``; return the token its tests use: the server's
+        for a one-account document, else the first account's that names its token in clear."""
+        self._source.replace(json.dumps(document).encode())
+        if "accounts" not in document:
+            return self.server.token
+        for account in document["accounts"]:
+            if "token" in account:
+                return str(account["token"])
+        raise ValueError(
+            "qstash_data: QSTASH_TOKEN is set to the first account's 'token', and none has one"
+        )
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+_session: Optional[_Session] = None  # the run's server in this process (an xdist worker's own)
+
+
+def _the_session() -> _Session:
+    global _session
+    if _session is None:
+        _session = _Session()
+    return _session
 
 
 try:
@@ -82,24 +117,41 @@ except ImportError:  # serve() needs no pytest
     pytest = None  # type: ignore[assignment]
 if pytest is not None:
 
+    def pytest_addoption(parser: pytest.Parser) -> None:
+        parser.addini(
+            ENVIRON_SETTING,
+            "start the qstash-lists server when the run starts and set QSTASH_URL and "
+            "QSTASH_TOKEN for it, before the tests are imported (an app that reads them once)",
+            type="bool",
+            default=False,
+        )
+
+    def pytest_configure(config: pytest.Config) -> None:
+        if config.getini(ENVIRON_SETTING):
+            server = _the_session().server
+            os.environ["QSTASH_URL"], os.environ["QSTASH_TOKEN"] = server.url, server.token
+
+    def pytest_unconfigure(config: pytest.Config) -> None:
+        global _session
+        if _session is not None:
+            _session.close()
+            _session = None
+
     @pytest.fixture
     def qstash_data() -> Any:
         """The document each test's data file starts from: one empty account.  Override this fixture
-        (in a test module or a conftest.py) to start from your own, in the data file's
-        one-account form."""
-        return {"urlGroups": [], "queues": []}
+        (in a test module or a conftest.py) to start from your own, in either form of the data
+        file."""
+        return EMPTY_ACCOUNT
 
     @pytest.fixture
-    def qstash_server(
-        qstash_data: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-    ) -> Iterator[Server]:
-        """A writable qstash-lists for this test alone, serving a data file of its own
-        (``qstash_data``); QSTASH_URL and QSTASH_TOKEN are set as the SDKs read them (``.url``,
-        ``.token``, ``.path`` say the same). It stops when the test ends; each pytest-xdist
-        worker has its own."""
-        path = tmp_path / "qstash-lists.json"
-        path.write_text(json.dumps(qstash_data), encoding="utf-8")
-        with serve(str(path)) as server:
-            monkeypatch.setenv("QSTASH_URL", server.url)
-            monkeypatch.setenv("QSTASH_TOKEN", server.token)
-            yield server
+    def qstash_server(qstash_data: Any, monkeypatch: pytest.MonkeyPatch) -> Server:
+        """The run's writable qstash-lists, put back to ``qstash_data`` for this test (a few
+        milliseconds); QSTASH_URL and QSTASH_TOKEN are set as the SDKs read them (``.url``,
+        ``.token``, ``.path`` say the same).  Its URL stays for the run, and its token while the
+        document's does; each pytest-xdist worker has its own."""
+        session = _the_session()
+        token = session.reset(qstash_data)
+        monkeypatch.setenv("QSTASH_URL", session.server.url)
+        monkeypatch.setenv("QSTASH_TOKEN", token)
+        return session.server._replace(token=token)

@@ -263,13 +263,16 @@ def serving(
         yield Server(proc, match.group(1), banner)
 
 
-def readme_section_block(title: str, language: str) -> str:
-    """The first code block in ``language`` of the README's section ``title``."""
+def readme_section_block(title: str, language: str, containing: str = "") -> str:
+    """The first code block in ``language`` of the README's section ``title`` (that has
+    ``containing``)."""
     text = (ROOT / "README.md").read_text()
     section = text[text.index("\n## " + title) :]
-    match = re.search(r"```%s\n(.*?)```" % language, section, re.S)
-    assert match, title
-    return match.group(1)
+    section = section[: section.find("\n## ", 1) if "\n## " in section[1:] else None]
+    for match in re.finditer(r"```%s\n(.*?)```" % language, section, re.S):
+        if containing in match.group(1):
+            return match.group(1)
+    raise AssertionError("no %s block with %r in %s" % (language, containing, title))
 
 
 def free_port() -> int:

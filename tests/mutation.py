@@ -98,8 +98,8 @@ MUTANTS: List[Mutant] = [
     M(
         "isolation",
         "store.py",
-        "account = store.by_digest[write.digest]",
-        "account = store.accounts[0]",
+        "        account = store.by_digest[digest]\n        items = getattr(account, kind)",
+        "        account = store.accounts[0]\n        items = getattr(account, kind)",
         WRITES + SAFETY,
     ),
     # paths and names

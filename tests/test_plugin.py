@@ -1,6 +1,7 @@
-"""qstash-lists in the user's own test suite: the qstash_server fixture (with and without
-pytest-xdist), the in-process serve() without the plugin, and the README's recipe for suites in
-other languages, run as written."""
+"""qstash-lists in the user's own test suite: the qstash_server fixture (one server a run, fresh
+state per test, with and without pytest-xdist), serve() without the plugin, the reset a JS or Go
+suite calls, and the runner, run as the README prints them (the SDKs' own runs of the README's
+examples are in tests/test_sdks.py)."""
 
 import http.client
 import json
@@ -9,72 +10,104 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Dict, Optional, Tuple
 
 import pytest
 from helpers import (
+    ROOT,
     TOKEN_A,
-    Server,
+    TOKEN_B,
     accounts_document,
     bearer,
-    free_port,
     readme_section_block,
-    started,
     write_json,
 )
 
+import app as service
 import testing
 
-#: A user's suite, as the README's section on tests has it, but with the standard library's HTTP
-# client (the SDK's
-#: own run is in tests/test_sdks.py): three tests each upsert the same queue and see only that one.
+#: A user's suite with the standard library's HTTP client: each test upserts a queue of its own
+#: and sees only that one, on a server whose URL stays for the run.
 USERS_SUITE = """
 import json, os, urllib.request
+import pytest
 
-def upsert_emails():
-    url, token = os.environ["QSTASH_URL"], os.environ["QSTASH_TOKEN"]
-    def call(method, path, body=None):
-        request = urllib.request.Request(url + path, json.dumps(body).encode() if body else None,
-                                         {"Authorization": "Bearer " + token}, method=method)
-        with urllib.request.urlopen(request) as response:
-            return json.load(response)
-    call("POST", "/v2/queues", {"queueName": "emails", "parallelism": 2})
-    return [queue["name"] for queue in call("GET", "/v2/queues")]
+URLS = set()
 
-def test_first(qstash_server):
-    assert upsert_emails() == ["emails"]
+def call(method, path, body=None):
+    request = urllib.request.Request(os.environ["QSTASH_URL"] + path,
+                                     json.dumps(body).encode() if body else None,
+                                     {"Authorization": "Bearer " + os.environ["QSTASH_TOKEN"]},
+                                     method=method)
+    with urllib.request.urlopen(request) as response:
+        return json.loads(response.read() or b"null")
 
-def test_second(qstash_server):
-    assert upsert_emails() == ["emails"]
-
-def test_third(qstash_server):
-    assert upsert_emails() == ["emails"] and qstash_server.url == os.environ["QSTASH_URL"]
+@pytest.mark.parametrize("n", range(20))
+def test_each_starts_from_qstash_data(qstash_server, n):
+    call("POST", "/v2/queues", {"queueName": "q%d" % n})
+    assert [queue["name"] for queue in call("GET", "/v2/queues")] == ["q%d" % n]
+    URLS.add(qstash_server.url)
+    assert len(URLS) == 1 and qstash_server.url == os.environ["QSTASH_URL"]
 """
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])
-def test_the_fixture_gives_each_test_a_fresh_server_of_its_own(pytester: Any, workers: str) -> None:
+def test_one_server_a_run_gives_each_test_fresh_state(pytester: Any, workers: str) -> None:
     pytester.makepyfile(test_users=USERS_SUITE)
     result = pytester.runpytest_subprocess("-n", workers, "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=3)
+    result.assert_outcomes(passed=20)
 
 
-def test_a_test_module_gives_its_own_data_by_overriding_qstash_data(pytester: Any) -> None:
+def test_qstash_data_in_either_form_and_its_token(pytester: Any) -> None:
+    """A module's qstash_data: several accounts (QSTASH_TOKEN is the first one's token), then the
+    one-account form in another module (the run's own token again)."""
+    several = accounts_document()
     pytester.makepyfile(
-        test_own="""
-import json, os, urllib.request
-import pytest
+        test_several="""
+import json, os, pytest, urllib.request
 
 @pytest.fixture
 def qstash_data():
-    queue = {"createdAt": 1, "updatedAt": 1, "name": "fixture", "parallelism": 1, "lag": 0}
-    return {"queues": [queue]}
+    return %s
 
 def test_it(qstash_server):
+    assert os.environ["QSTASH_TOKEN"] == qstash_server.token == %r
     request = urllib.request.Request(qstash_server.url + "/v2/queues",
                                      headers={"Authorization": "Bearer " + qstash_server.token})
-    assert [q["name"] for q in json.load(urllib.request.urlopen(request))] == ["fixture"]
+    assert [q["name"] for q in json.load(urllib.request.urlopen(request))] == ["emails"]
+"""
+        % (repr(several), TOKEN_A),
+        test_one="""
+import json, os, pytest
+
+@pytest.fixture
+def qstash_data():
+    return {"queues": [{"createdAt": 1, "updatedAt": 1, "name": "fixture", "parallelism": 1,
+                        "lag": 0}]}
+
+def test_it(qstash_server):
+    assert os.environ["QSTASH_TOKEN"] == qstash_server.token != %r
     assert json.load(open(qstash_server.path))["queues"][0]["name"] == "fixture"
+"""
+        % TOKEN_A,
+    )
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=2)
+
+
+def test_the_ini_setting_starts_the_server_before_the_tests_are_imported(pytester: Any) -> None:
+    """An app that reads QSTASH_URL once, at import: the README's ini line gives it the run's
+    server, which every test then finds as it was in qstash_data."""
+    pytester.makeini(readme_section_block("In your tests", "ini"))
+    pytester.makepyfile(
+        test_app="""
+import os, urllib.request
+URL, TOKEN = os.environ["QSTASH_URL"], os.environ["QSTASH_TOKEN"]  # at import
+
+def test_it(qstash_server):
+    assert (URL, TOKEN) == (qstash_server.url, qstash_server.token)
+    request = urllib.request.Request(URL + "/v2/queues",
+                                     headers={"Authorization": "Bearer " + TOKEN})
+    assert urllib.request.urlopen(request).read() == b"[]"
 """
     )
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
@@ -83,10 +116,11 @@ def test_it(qstash_server):
 def test_serve_without_the_plugin_sets_nothing_in_the_process_and_stops_cleanly(
     tmp_path: Path,
 ) -> None:
-    """No pytest, no plugin: a with block, a document or a path, a free port; no signal handler, no
-    exit, and every thread and socket gone after it."""
+    """No pytest, no plugin: the README's import line, a document or a path (a copy is served:
+    the file is left as it was), a free port; no environment variable, no signal handler, no
+    exit, and every thread gone after it."""
     script = """
-import json, signal, sys, threading, urllib.request
+import json, os, signal, sys, threading, urllib.request
 from qstash_lists.testing import serve
 
 handlers = [signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)]
@@ -99,54 +133,26 @@ for data in ({"urlGroups": [], "queues": []}, sys.argv[1]):
         listed = json.load(urllib.request.urlopen(urllib.request.Request(
             server.url + "/v2/queues", headers={"Authorization": "Bearer tok-1"})))
         assert [q["name"] for q in listed][-2:] == ["a", "b"], listed
+        assert server.path != sys.argv[1] and "QSTASH_URL" not in os.environ
 assert [signal.getsignal(s) for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT)] == handlers
 assert set(threading.enumerate()) <= before, threading.enumerate()
 print("ok")
 """
     path = write_json(tmp_path / "one.json", {"queues": []})
+    before = path.read_bytes()
+    env = {k: v for k, v in os.environ.items() if k != "QSTASH_URL"}
     done = subprocess.run(
         [sys.executable, "-W", "error", "-c", script, str(path)],
         capture_output=True,
         text=True,
         timeout=60,
         cwd=str(tmp_path),
+        env=env,
     )
     assert (done.returncode, done.stdout) == (0, "ok\n"), done.stderr
-    # Nothing on stderr but waitress's own warning for a request that waited a moment for a thread
-    # (its logging).
-    assert all(line.startswith("Task queue depth is ") for line in done.stderr.splitlines()), (
-        done.stderr
-    )
-    assert [q["name"] for q in json.loads(path.read_text())["queues"]] == ["a", "b"]
-
-
-def test_the_recipe_for_other_languages_gives_each_test_the_fixture_again(tmp_path: Path) -> None:
-    """One server for a JS or Go suite, started as the README's first line says (on a free port
-    here); before each test, its second line puts the fixture back, and the next request is
-    answered from it (a writable server looks at the file before each request)."""
-    start, reset = [
-        line.split("  #")[0].strip()
-        for line in readme_section_block("In your tests", "sh").splitlines()
-    ]
-    port = free_port()
-    start = start.replace("8081", str(port)).rstrip("&").strip()
-    write_json(tmp_path / "fixture.json", accounts_document())
-    env = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
-    with started(["bash", "-c", start.replace("&& ", "&& exec ")], env, cwd=str(tmp_path)) as proc:
-        assert (
-            proc.stdout is not None and " on http://127.0.0.1:%d" % port in proc.stdout.readline()
-        )
-        server = Server(proc, "http://127.0.0.1:%d" % port, [])
-        for test in range(3):
-            subprocess.run(["bash", "-c", reset], cwd=str(tmp_path), check=True)
-            status, _, body = server.get("/v2/queues", bearer(TOKEN_A))
-            assert [q["name"] for q in json.loads(body)] == ["emails"], test
-            conn = http.client.HTTPConnection(server.host, server.port, timeout=10)
-            conn.request(
-                "POST", "/v2/queues", json.dumps({"queueName": "t%d" % test}), bearer(TOKEN_A)
-            )
-            assert conn.getresponse().status == 200
-            conn.close()
+    # Nothing on stderr but waitress's own warning for a request that waited for a thread.
+    assert all(line.startswith("Task queue depth is ") for line in done.stderr.splitlines())
+    assert path.read_bytes() == before
 
 
 def test_serve_is_writable_on_a_free_port_and_stops_while_a_client_is_connected() -> None:
@@ -161,3 +167,79 @@ def test_serve_is_writable_on_a_free_port_and_stops_while_a_client_is_connected(
         assert conn.getresponse().status == 200  # kept open while the server stops
     assert not [t for t in threading.enumerate() if t.name == "qstash-lists server"]
     conn.close()
+
+
+# ---- The reset and the runner ----------------------------------------------------------------
+def ask(
+    url: str, method: str, path: str, token: str, headers: Optional[Dict[str, str]] = None
+) -> Tuple[int, Any]:
+    host, port = url[len("http://") :].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    body = None
+    if (method, path) == ("POST", "/v2/queues"):
+        body = json.dumps({"queueName": "added"})
+    conn.request(method, path, body, dict(bearer(token), **(headers or {})))
+    response = conn.getresponse()
+    raw = response.read()
+    conn.close()
+    return response.status, json.loads(raw) if raw else None
+
+
+def names(url: str, token: str) -> Any:
+    return [queue["name"] for queue in ask(url, "GET", "/v2/queues", token)[1]]
+
+
+def test_the_reset_puts_back_the_tokens_account_alone(data_path: Path) -> None:
+    """POST /qstash-lists/reset, with --reset: the token's account as the server started, the
+    others as they are; a web page cannot ask it; without --reset it is not there."""
+    source = service.open_data(str(data_path), None, 3600, writable=True)
+    with service.serving(source, resets=True) as url:
+        for token in (TOKEN_A, TOKEN_B):
+            assert ask(url, "POST", "/v2/queues", token)[0] == 200
+        assert ask(url, "POST", "/qstash-lists/reset", TOKEN_A) == (200, None)
+        assert (names(url, TOKEN_A), names(url, TOKEN_B)) == (["emails"], ["reports", "added"])
+        page = {"Origin": "https://evil.example"}
+        assert ask(url, "POST", "/qstash-lists/reset", TOKEN_B, page)[0] == 403
+        assert ask(url, "POST", "/qstash-lists/reset", "nobody")[0] == 401
+    with service.serving(source) as url:
+        assert ask(url, "POST", "/qstash-lists/reset", TOKEN_B)[0] == 404
+    source.close()
+
+
+RUN_SCRIPT = """
+import json, os, sys, urllib.request
+url, token = os.environ["QSTASH_URL"], os.environ["QSTASH_TOKEN"]
+def call(method, path, body=None):
+    request = urllib.request.Request(url + path, json.dumps(body).encode() if body else None,
+                                     {"Authorization": "Bearer " + token}, method=method)
+    return json.loads(urllib.request.urlopen(request).read() or b"null")
+for n in range(30):  # a test each: the reset, a write, a check
+    call("POST", "/qstash-lists/reset")
+    call("POST", "/v2/queues", {"queueName": "q%d" % n})
+    assert [q["name"] for q in call("GET", "/v2/queues")] == ["emails", "q%d" % n]
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("status", [0, 3])
+def test_the_runner_as_printed_serves_a_copy_and_exits_with_the_commands_status(
+    tmp_path: Path, status: int
+) -> None:
+    """The README's command line, with a command that resets, writes and checks 30 times: it
+    finds the server at once, the fixture is left as it was, nothing but faults is printed
+    (--quiet), and the exit status is the command's."""
+    command = readme_section_block("In your tests", "sh", "--run").strip()
+    assert command.endswith(" --run node --test")
+    fixture = write_json(tmp_path / "fixture.json", accounts_document())
+    before = fixture.read_bytes()
+    (tmp_path / "suite.py").write_text(RUN_SCRIPT)
+    args = command.split()[1:-2] + [sys.executable, "suite.py", str(status)]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "app.py")] + args,
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (status, "", "")
+    assert fixture.read_bytes() == before

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -171,45 +172,56 @@ def test_a_users_suite_from_the_readme_passes_with_the_fixture(
     tmp_path: Path, workers: str
 ) -> None:
     """The README's suite, as a user copies it into a project that has qstash and qstash-lists
-    installed: three tests each upsert the same queue through the SDK and see only it (each has a
-    server of its own)."""
-    (tmp_path / "test_users.py").write_text(readme_section_block("In your tests", "python"))
+    installed, with its ini line: a client built once, at import, and 100 tests that each upsert
+    a queue and see only theirs (the run's server put back to qstash_data before each)."""
+    (tmp_path / "pytest.ini").write_text(readme_section_block("In your tests", "ini"))
+    suite = readme_section_block("In your tests", "python", "qstash_server")
+    (tmp_path / "test_users.py").write_text(suite)
     done = subprocess.run(
         [SDK_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", workers],
         env=dict(os.environ, PYTEST_ADDOPTS=""),
         cwd=str(tmp_path),
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
     )
-    assert done.returncode == 0 and "3 passed" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and "100 passed" in done.stdout, done.stdout + done.stderr
 
 
 @needs_sdk_and_pytest
-def test_the_same_suite_with_serve_and_no_plugin_passes(tmp_path: Path) -> None:
-    suite = readme_section_block("In your tests", "python")
-    suite = suite.replace("def upsert_emails():", "def upsert_emails(server):").replace(
-        'os.environ["QSTASH_TOKEN"], base_url=os.environ["QSTASH_URL"]',
-        "server.token, base_url=server.url",
-    )
-    suite = (
-        suite.replace("(qstash_server)", "()")
-        .replace("upsert_emails()", "upsert_emails(server)")
-        .replace(
-            "    assert upsert_emails",
-            '    with serve({"urlGroups": [], "queues": []}) as server:\n'
-            "        assert upsert_emails",
-        )
-    )
-    (tmp_path / "test_users.py").write_text("from qstash_lists.testing import serve\n" + suite)
+def test_the_readmes_serve_example_runs(tmp_path: Path) -> None:
+    script = tmp_path / "serve_example.py"
+    script.write_text(readme_section_block("In your tests", "python", "serve("))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QSTASH_")}
     done = subprocess.run(
-        [SDK_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:qstash_lists"],
-        cwd=str(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [SDK_PYTHON, str(script)], env=env, capture_output=True, text=True, timeout=60
     )
-    assert done.returncode == 0 and "3 passed" in done.stdout, done.stdout + done.stderr
+    assert (done.returncode, done.stdout) == (0, "['emails']\n"), done.stderr
+
+
+@needs_js_sdk
+def test_the_readmes_js_suite_passes_under_the_runner_as_printed(tmp_path: Path) -> None:
+    """The README's node:test file (30 tests that each reset, write and check) under its command
+    line, three runs in a row: each passes whole, and the fixture is left as it was."""
+    folder = Path(SDK_JS).parent / "readme-js"  # the SDK's node_modules is above it
+    folder.mkdir(exist_ok=True)
+    (folder / "qstash.test.mjs").write_text(
+        readme_section_block("In your tests", "js", "node:test")
+    )
+    fixture = write_json(folder / "fixture.json", {"urlGroups": [], "queues": []})
+    before = fixture.read_bytes()
+    command = readme_section_block("In your tests", "sh", "--run").split()
+    assert command[0] == "qstash-lists"
+    for run in range(3):
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "app.py")] + command[1:],
+            cwd=str(folder),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0 and "# pass 30" in done.stdout, (run, done.stdout, done.stderr)
+        assert done.stderr == "" and fixture.read_bytes() == before
 
 
 @needs_js_sdk

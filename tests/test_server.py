@@ -181,7 +181,8 @@ def test_signals(big_file: Path, entry: str, phase: str, signum: str) -> None:
     command = ENTRY_POINTS[entry]
     if not os.path.exists(command[0]):
         pytest.skip("%s is not installed (pip install -e .)" % command[0])
-    with started(command + ["--port", "0", "--data", str(big_file), "--quiet"]) as proc:
+    # Not --quiet: the reload's line is what the test waits for.
+    with started(command + ["--port", "0", "--data", str(big_file)]) as proc:
         err = Output(proc.stderr)
         # Its handlers are in: it is loading.
         eventually(lambda: catches(proc.pid, signal.SIGHUP), timeout=30)

@@ -5,6 +5,7 @@ missed a write answered, waiting writes that starved the reads, a retry under th
 replaced)."""
 
 import fcntl
+import functools
 import hashlib
 import http.client
 import json
@@ -104,7 +105,7 @@ def test_a_stray_byte_before_an_unchanged_account_is_refused_and_never_written_o
     keeps the last good version, logs the fault, and a write answers 409 leaving the file as
     edited."""
     path = write_json(tmp_path / "data.json", accounts_document())
-    with serving(path, "--writable", "--quiet") as one:
+    with serving(path, "--writable") as one:  # not --quiet: a reload would say so
         assert ask(one, "POST", "/v2/queues", body={"queueName": "first"})[0] == 200
         raw = path.read_bytes()
         at = raw.index(store.ACCOUNT_SEPARATOR + b"{") + len(store.ACCOUNT_SEPARATOR)
@@ -260,7 +261,11 @@ def batch(data: store.DataFile, *writes: Tuple[bytes, str]) -> List[Any]:
     """Make upserts of the queues ``(account's digest, name)`` in one version, as a burst of
     writes is made; return each one's outcome (what it did, or its error)."""
     made = [
-        store._Write(digest, "queues", name, store.upsert_queue, (name, None, None))
+        store._Write(
+            functools.partial(
+                data._item_changed, digest, "queues", name, store.upsert_queue, (name, None, None)
+            )
+        )
         for digest, name in writes
     ]
     with data._writing:

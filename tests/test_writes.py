@@ -58,6 +58,25 @@ def send(
     return call(app, path, method=method, headers=bearer(token), **environ)
 
 
+def wrote(response: Response) -> None:
+    """A write's answer as QStash's: 200 without content, kept by no cache."""
+    assert (response.status, response.body) == (200, b""), response
+    assert response.headers["Content-Length"] == "0"
+    assert response.headers["Cache-Control"] == "no-store"
+
+
+def write(app: Any, method: str, path: str, body: Any = None, token: str = TOKEN_A) -> None:
+    """Make a write and check its answer (see wrote)."""
+    wrote(send(app, method, path, body, token))
+
+
+def item(app: Any, path: str, token: str = TOKEN_A) -> Any:
+    """The item at ``path`` as the server answers it now; None if it is not there."""
+    response = call(app, path, headers=bearer(token))
+    assert response.status in (200, 404), response
+    return response.json() if response.status == 200 else None
+
+
 @pytest.fixture
 def path(data_path: Path) -> Path:
     return data_path
@@ -75,20 +94,15 @@ def on_disk(path: Path) -> Any:
 
 
 def test_upsert_creates_then_updates_a_queue_keeping_created_at(writable: Any, path: Path) -> None:
-    created = send(
-        writable, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 1, "paused": False}
-    )
-    assert created.status == 200 and created.headers["Cache-Control"] == "no-store"
-    queue = created.json()
+    write(writable, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 1, "paused": False})
+    queue = item(writable, "/v2/queues/jobs")
     assert queue == dict(queue, name="jobs", parallelism=1, lag=0, paused=False)
     assert (
         queue["createdAt"] == queue["updatedAt"]
         and abs(queue["createdAt"] / 1000 - __import__("time").time()) < 60
     )
-    assert call(writable, "/v2/queues/jobs", headers=bearer(TOKEN_A)).json() == queue
-    updated = send(
-        writable, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 2, "paused": True}
-    ).json()
+    write(writable, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 2, "paused": True})
+    updated = item(writable, "/v2/queues/jobs")
     assert updated["createdAt"] == queue["createdAt"] and updated["updatedAt"] >= queue["updatedAt"]
     assert (updated["parallelism"], updated["paused"]) == (2, True)
     assert [q["name"] for q in call(writable, "/v2/queues", headers=bearer(TOKEN_A)).json()] == [
@@ -106,13 +120,10 @@ def test_an_upsert_without_paused_keeps_the_queues_and_the_writer_does_not_read_
     import logging
 
     with caplog.at_level(logging.INFO, "qstash_lists"):
-        send(writable, "POST", "/v2/queues/emails/pause")
-        assert send(
-            writable, "POST", "/v2/queues", {"queueName": "emails", "parallelism": 3}
-        ).json()["paused"]
-        assert (
-            call(writable, "/v2/queues/emails", headers=bearer(TOKEN_A)).json()["parallelism"] == 3
-        )
+        write(writable, "POST", "/v2/queues/emails/pause")
+        write(writable, "POST", "/v2/queues", {"queueName": "emails", "parallelism": 3})
+        assert item(writable, "/v2/queues/emails")["paused"]
+        assert item(writable, "/v2/queues/emails")["parallelism"] == 3
     assert "reloaded" not in caplog.text  # its own version is in service already
 
 
@@ -140,50 +151,44 @@ def test_a_writer_that_opened_a_version_replaced_before_its_lock_takes_the_new_o
 
 
 def test_pause_resume_and_delete(writable: Any) -> None:
-    assert send(writable, "POST", "/v2/queues/emails/pause").json()["paused"] is True
-    assert call(writable, "/v2/queues/emails", headers=bearer(TOKEN_A)).json()["paused"] is True
-    # Already paused: no effect.
-    assert send(writable, "POST", "/v2/queues/emails/pause").status == 200
-    assert send(writable, "POST", "/v2/queues/emails/resume").json()["paused"] is False
+    write(writable, "POST", "/v2/queues/emails/pause")
+    assert item(writable, "/v2/queues/emails")["paused"] is True
+    write(writable, "POST", "/v2/queues/emails/pause")  # already paused: no effect
+    write(writable, "POST", "/v2/queues/emails/resume")
+    assert item(writable, "/v2/queues/emails")["paused"] is False
     assert send(writable, "POST", "/v2/queues/nothere/pause").json() == {
         "error": 'not found: no queue named "nothere"'
     }
-    assert (
-        send(writable, "DELETE", "/v2/queues/emails").status,
-        call(writable, headers=bearer(TOKEN_A)).json(),
-    ) == (200, [])
+    write(writable, "DELETE", "/v2/queues/emails")
+    assert item(writable, "/v2/queues") == []
     # Deleting what is not there: nothing to do.
-    assert send(writable, "DELETE", "/v2/queues/emails").status == 200
-    assert call(writable, "/v2/queues/emails", headers=bearer(TOKEN_A)).status == 404
+    write(writable, "DELETE", "/v2/queues/emails")
+    assert item(writable, "/v2/queues/emails") is None
 
 
 def test_endpoints_are_added_and_removed_and_the_last_one_takes_the_group(
     writable: Any, path: Path
 ) -> None:
     one, two = {"url": "https://a.example/1"}, {"name": "second", "url": "https://a.example/2"}
-    group = send(writable, "POST", "/v2/topics/fresh/endpoints", {"endpoints": [one, two]}).json()
+    write(writable, "POST", "/v2/topics/fresh/endpoints", {"endpoints": [one, two]})
+    group = item(writable, "/v2/topics/fresh")
     assert (group["name"], group["endpoints"]) == ("fresh", [one, two])
-    assert send(writable, "POST", "/v2/topics/fresh/endpoints", {"endpoints": [one]}).json()[
-        "endpoints"
-    ] == [one, two]
-    moved = {
-        "name": "second",
-        "url": "https://b.example/2",
-    }  # a name replaces the endpoint of that name
-    assert send(writable, "POST", "/v2/topics/fresh/endpoints", {"endpoints": [moved]}).json()[
-        "endpoints"
-    ] == [one, moved]
-    assert send(
-        writable, "DELETE", "/v2/topics/fresh/endpoints", {"endpoints": [{"name": "second"}]}
-    ).json()["endpoints"] == [one]
-    assert send(writable, "DELETE", "/v2/topics/fresh/endpoints", {"endpoints": [one]}).json() == {}
-    assert call(writable, "/v2/topics/fresh", headers=bearer(TOKEN_A)).status == 404
+    write(writable, "POST", "/v2/topics/fresh/endpoints", {"endpoints": [one]})
+    assert item(writable, "/v2/topics/fresh")["endpoints"] == [one, two]
+    # A name replaces the endpoint of that name.
+    moved = {"name": "second", "url": "https://b.example/2"}
+    write(writable, "POST", "/v2/topics/fresh/endpoints", {"endpoints": [moved]})
+    assert item(writable, "/v2/topics/fresh")["endpoints"] == [one, moved]
+    write(writable, "DELETE", "/v2/topics/fresh/endpoints", {"endpoints": [{"name": "second"}]})
+    assert item(writable, "/v2/topics/fresh")["endpoints"] == [one]
+    write(writable, "DELETE", "/v2/topics/fresh/endpoints", {"endpoints": [one]})
+    assert item(writable, "/v2/topics/fresh") is None
     assert [g["name"] for g in on_disk(path)["accounts"][0]["urlGroups"]] == ["orders"]
     assert (
         send(writable, "DELETE", "/v2/topics/fresh/endpoints", {"endpoints": [one]}).status == 404
     )
-    assert send(writable, "DELETE", "/v2/topics/orders").json() == {}
-    assert send(writable, "DELETE", "/v2/topics/orders").status == 200
+    write(writable, "DELETE", "/v2/topics/orders")
+    write(writable, "DELETE", "/v2/topics/orders")
     assert call(writable, "/v2/topics", headers=bearer(TOKEN_A)).json() == []
 
 
@@ -655,19 +660,12 @@ def test_another_process_reads_a_write_parsing_only_the_account_it_changed(tmp_p
 def test_an_upsert_without_parallelism_makes_it_1_and_keeps_a_queues_own(writable: Any) -> None:
     """QStash's document gives parallelism a default of 1: a new queue gets it, one that is there
     keeps its own."""
-    assert send(writable, "POST", "/v2/queues", {"queueName": "fresh"}).json()["parallelism"] == 1
-    assert (
-        send(writable, "POST", "/v2/queues", {"queueName": "emails", "paused": True}).json()[
-            "parallelism"
-        ]
-        == 2
-    )
-    assert (
-        send(writable, "POST", "/v2/queues", {"queueName": "emails", "parallelism": None}).json()[
-            "parallelism"
-        ]
-        == 2
-    )
+    write(writable, "POST", "/v2/queues", {"queueName": "fresh"})
+    assert item(writable, "/v2/queues/fresh")["parallelism"] == 1
+    write(writable, "POST", "/v2/queues", {"queueName": "emails", "paused": True})
+    assert item(writable, "/v2/queues/emails")["parallelism"] == 2
+    write(writable, "POST", "/v2/queues", {"queueName": "emails", "parallelism": None})
+    assert item(writable, "/v2/queues/emails")["parallelism"] == 2
 
 
 def test_a_hand_edit_that_repeats_a_known_account_is_refused_by_the_process_that_knew_it(
