@@ -300,9 +300,9 @@ class ServiceUnavailable(HTTPError):
 
 def _no_such(noun: str, name: str) -> NotFound:
     shown = name if len(name) <= SHOWN_NAME else name[:SHOWN_NAME] + "..."
-    return NotFound(
-        "not found: no %s named %s" % (noun, json.dumps(shown)), why="no such %s" % noun
-    )
+    # As typed (the answer's JSON escapes it, once).
+    quoted = json.dumps(shown, ensure_ascii=False)
+    return NotFound("not found: no %s named %s" % (noun, quoted), why="no such %s" % noun)
 
 
 def _json_answer(
@@ -414,8 +414,21 @@ def _route(path_info: str) -> Target:
         name, parts[3] = parts[3], "{name}"
         route = "/".join(parts)
         if route in ROUTES:
-            return Target(route, name)
+            return Target(route, _utf8(name))
     raise NotFound()
+
+
+def _utf8(segment: str) -> str:
+    """A name from the path as it was typed: PEP 3333 gives its bytes as latin-1 characters, which
+    are UTF-8's (RFC 3986, 2.5); BadRequest if they are not UTF-8."""
+    try:
+        raw = segment.encode("latin-1")
+    except UnicodeEncodeError:  # a server that decoded it already (PEP 3333 says not to)
+        return segment
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest("bad request: a name in the path is not UTF-8") from None
 
 
 def _credential(environ: WSGIEnvironment) -> bytes:

@@ -4,6 +4,7 @@ import gzip
 import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
+from urllib.parse import unquote_to_bytes
 
 import pytest
 from helpers import (
@@ -30,6 +31,7 @@ BIG_GROUP = dict(
     endpoints=[{"url": "https://h%d.example.com/hook" % i} for i in range(60)],
 )
 BAD_NAME = {"error": "bad request: a queue's name has only letters, digits, '-', '.' and '_'"}
+NOT_UTF8 = {"error": "bad request: a name in the path is not UTF-8"}
 
 
 @pytest.fixture
@@ -52,7 +54,7 @@ def utf8(text: str) -> str:
 
 
 def no_such(noun: str, name: str) -> Dict[str, str]:
-    return {"error": "not found: no %s named %s" % (noun, json.dumps(name))}
+    return {"error": "not found: no %s named %s" % (noun, json.dumps(name, ensure_ascii=False))}
 
 
 # PATH_INFO (as the server decoded it), the token, and the answer: a status and the item (200) or
@@ -68,10 +70,10 @@ CASES: List[Any] = [
     ("/v2/queues/100%", TOKEN_A, 400, BAD_NAME),
     (utf8("/v2/queues/ünï"), TOKEN_A, 400, BAD_NAME),
     ("/v2/queues/x+y", TOKEN_A, 400, BAD_NAME),
-    ("/v2/queues/\xff", TOKEN_A, 400, BAD_NAME),
+    ("/v2/queues/\xff", TOKEN_A, 400, NOT_UTF8),
     # ... but a URL group's is one there is not (QStash's document gives its GET no 400)
     ("/v2/topics/a:b", TOKEN_A, 404, no_such("URL group", "a:b")),
-    (utf8("/v2/topics/ünï"), TOKEN_A, 404, no_such("URL group", utf8("ünï"))),
+    (utf8("/v2/topics/ünï"), TOKEN_A, 404, no_such("URL group", "ünï")),  # shown as typed
     # The name is one PATH_INFO segment: an escaped slash is a separator
     ("/v2/queues/a/b", TOKEN_A, 404, NOT_FOUND),
     ("/v2/queues/emails/extra", TOKEN_A, 404, NOT_FOUND),
@@ -196,3 +198,23 @@ def test_bodies_are_encoded_once_per_account_and_only_for_names_that_exist(
     body = account.cache["/v2/queues", "emails"]
     call(app, "/v2/queues/emails", headers=bearer(TOKEN_A))
     assert account.cache["/v2/queues", "emails"] is body
+
+
+@pytest.mark.parametrize(
+    "path, status, message",
+    [
+        ("/v2/topics/%C3%BCn%C3%AFx", 404, no_such("URL group", "ünïx")["error"]),
+        ("/v2/queues/%C3%BCn%C3%AFx", 400, BAD_NAME["error"]),
+        ("/v2/topics/%FF%FE", 400, NOT_UTF8["error"]),
+        ("/v2/queues/%FF", 400, NOT_UTF8["error"]),
+    ],
+)
+def test_a_name_in_the_path_is_read_as_utf8_and_shown_as_typed(
+    app: Any, path: str, status: int, message: str
+) -> None:
+    """The path's bytes, which PEP 3333 hands over as latin-1 characters, are the name's UTF-8:
+    a message shows it as typed, escaped once (by the answer's JSON); bytes that are not UTF-8
+    are a 400 that says so."""
+    environ_path = unquote_to_bytes(path).decode("latin-1")
+    response = call(app, environ_path, headers=bearer(TOKEN_A))
+    assert (response.status, response.json()) == (status, {"error": message})

@@ -153,6 +153,35 @@ def test_a_symlink_re_pointed_while_a_write_takes_the_lock_writes_the_new_target
     data.close()
 
 
+def test_a_symlink_re_pointed_to_another_name_of_the_same_file_writes_where_it_leads(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """data.json is a link to a.json, re-pointed (as the writer locks a.json) to c.json, another
+    name (a hard link) of the very same file: the version lands under the name the path leads to
+    when it is answered, so that data.json shows the write."""
+    a = write_json(tmp_path / "a.json", accounts_document())
+    os.link(a, tmp_path / "c.json")
+    link = tmp_path / "data.json"
+    link.symlink_to("a.json")
+    data = service.open_data(str(link), None, interval=3600, writable=True)
+    real_open, flipped = store._open, cast(List[str], [])
+
+    def open_then_re_pointed(target: str) -> int:
+        fd = real_open(target)
+        if target == str(a) and not flipped:
+            flipped.append(target)
+            (tmp_path / "new-link").symlink_to("c.json")
+            os.replace(tmp_path / "new-link", link)
+        return fd
+
+    monkeypatch.setattr(store, "_open", open_then_re_pointed)
+    assert data.update(DIGEST_A, "queues", "w", store.upsert_queue, "w", None, None) == (
+        "queue created"
+    )
+    assert flipped and list(store.load(str(link), None).accounts[0].queues) == ["emails", "w"]
+    data.close()
+
+
 def test_a_version_renamed_over_the_file_during_a_write_is_written_under_its_own_lock(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
