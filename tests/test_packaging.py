@@ -5,6 +5,8 @@ Each case runs in a fresh interpreter, next to a module of the user's own called
 """
 
 import json
+import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -12,7 +14,15 @@ import zipfile
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from helpers import ALPHA_QUEUE, ROOT, TOKEN_A, accounts_document, served, write_json
+from helpers import (
+    ALPHA_QUEUE,
+    ROOT,
+    TOKEN_A,
+    accounts_document,
+    readme_section_block,
+    served,
+    write_json,
+)
 
 # Serve one request through the app module named on the command line; print what it saw.
 SERVE_ONE = """
@@ -185,3 +195,36 @@ def test_pip_install_puts_only_qstash_lists_on_the_path(tmp_path: Path) -> None:
         "qstash_lists.store",
     )
     assert TOKEN_A not in json.dumps(result)
+
+
+def test_the_readmes_install_lines_work_from_a_clone_and_from_its_url(tmp_path: Path) -> None:
+    """While the package is on no index: the README's two lines, from a clone's folder and from
+    the repository's URL (here the checkout's own, a file:// URL), each install the package with
+    its pytest plugin and serve()."""
+    lines = readme_section_block("In your tests", "sh", "pip install").strip().splitlines()
+    clone = tmp_path / "qstash-lists"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
+    for i, line in enumerate(lines):
+        words = shlex.split(line.split("  #")[0].replace("https://REPOSITORY-URL", clone.as_uri()))
+        assert words[:2] == ["pip", "install"], line
+        target = tmp_path / ("site-%d" % i)
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target)]
+            + words[2:],
+            cwd=str(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        found = subprocess.run(
+            [sys.executable, "-c", "from qstash_lists.testing import serve; print(serve.__name__)"],
+            env=dict(os.environ, PYTHONPATH=str(target)),
+            cwd=str(tmp_path),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert found.stdout == "serve\n", found.stderr
+        entry_points = next(target.glob("qstash_lists-*.dist-info")) / "entry_points.txt"
+        assert "qstash_lists = qstash_lists.testing" in entry_points.read_text()
