@@ -1384,15 +1384,10 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[A
     urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in listening]
     loaded = typing.cast(store.Store, data.current())  # open_data raised otherwise
     print("\n".join(_banner(settings, loaded, urls, listening[0][1], data.writable)), flush=True)
-    stops: List[int] = []  # the signals that asked for a stop (a list's append takes no lock)
-
-    def note_stop(signum: int, frame: Any) -> None:
-        stops.append(signum)  # a handler only notes it...
-        server.pull_trigger()  # ...and wakes the loop (a byte to a pipe: no lock either)
-
+    stopper = Stopper(socket_map)
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, note_stop)
-    run(server, socket_map, settings["stop_timeout"], lambda: bool(stops))
+        signal.signal(signum, lambda signum, frame: stopper.stop())  # it takes no lock
+    run(server, socket_map, settings["stop_timeout"], stopper)
     return 0
 
 
@@ -1443,18 +1438,48 @@ def _dev_mode(settings: Mapping[str, Any], loaded: store.Store, port: Any) -> st
     return "finds this server"
 
 
-def run(
-    server: Any, socket_map: Dict[int, Any], stop_timeout: float, stopping: Callable[[], bool]
-) -> None:
-    """Serve until ``stopping()`` (asked after each poll; pull the server's trigger to have it
-    asked now), then refuse new connections, close idle ones, let the answers in flight finish
-    for at most ``stop_timeout`` seconds, and close every socket."""
+class Stopper:
+    """What stops run(): a pipe in the server's socket map, whose read end ends the serving loop
+    once a byte comes; stop() writes that byte, from any thread or a signal handler (a write to
+    a pipe takes no lock, as an Event's set() does)."""
+
+    def __init__(self, socket_map: Dict[int, Any]) -> None:
+        from waitress import wasyncore
+
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+
+        class Dispatcher(wasyncore.file_dispatcher):  # type: ignore[misc]
+            def handle_read(self) -> None:
+                raise wasyncore.ExitNow  # the loop lets it through (wasyncore.read)
+
+            def writable(self) -> bool:
+                return False
+
+        self.dispatcher = Dispatcher(self._read, socket_map)  # it reads a copy of the descriptor
+
+    def stop(self) -> None:
+        """Have run() stop serving."""
+        with contextlib.suppress(OSError):  # full: a byte is there already; closed: it is over
+            os.write(self._write, b"\0")
+
+    def close(self) -> None:
+        self.dispatcher.close()
+        for fd in (self._read, self._write):
+            os.close(fd)
+
+
+def run(server: Any, socket_map: Dict[int, Any], stop_timeout: float, stopper: Stopper) -> None:
+    """Serve with waitress's own loop until ``stopper`` says stop, then refuse new connections,
+    close idle ones, let the answers in flight finish for at most ``stop_timeout`` seconds, and
+    close every socket."""
     from waitress import wasyncore
     from waitress.channel import HTTPChannel
     from waitress.server import BaseWSGIServer
 
-    while not stopping():
-        wasyncore.loop(timeout=0.5, map=socket_map, use_poll=True, count=1)
+    with contextlib.suppress(wasyncore.ExitNow):
+        wasyncore.loop(timeout=server.adj.asyncore_loop_timeout, map=socket_map, use_poll=True)
+    stopper.close()
     deadline = time.monotonic() + stop_timeout
     for listener in [d for d in socket_map.values() if isinstance(d, BaseWSGIServer)]:
         # Not BaseWSGIServer.close: the threads still need the trigger.
@@ -1495,18 +1520,17 @@ def serving(
         threads=threads,
         **WAITRESS_SETTINGS,
     )
-    stops: List[bool] = []
+    stopper = Stopper(socket_map)
     thread = threading.Thread(
         target=run,
-        args=(server, socket_map, SERVING_STOP_TIMEOUT, lambda: bool(stops)),
+        args=(server, socket_map, SERVING_STOP_TIMEOUT, stopper),
         name="qstash-lists server",
     )
     thread.start()
     try:
         yield "http://%s:%s" % ("[%s]" % host if ":" in host else host, server.effective_port)
     finally:
-        stops.append(True)
-        server.pull_trigger()  # the loop wakes at once, and stops
+        stopper.stop()
         thread.join()
 
 

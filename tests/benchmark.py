@@ -70,8 +70,10 @@ def write_data(folder: Path, queues: int) -> Path:
 class Server:
     """A server in a subprocess that prints its port on its first line."""
 
-    def __init__(self, args: List[str], pin: bool = True) -> None:
-        env = dict(os.environ, QSTASH_TOKEN=TOKEN)
+    def __init__(
+        self, args: List[str], pin: bool = True, env: Optional[Dict[str, str]] = None
+    ) -> None:
+        env = dict(os.environ, QSTASH_TOKEN=TOKEN, **(env or {}))
         self.proc = subprocess.Popen(
             (SERVER_CPU if pin else []) + args,
             stdout=subprocess.PIPE,
@@ -393,6 +395,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "gunicorn",
             "writes",
             "memory",
+            "loop",
         ],
         help="run only this part",
     )
@@ -450,6 +453,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             write_rows(tmp, args.sizes, args.rounds, args.seconds, args.connections, first, summary)
         if args.only in (None, "memory"):
             memory_rows(tmp, first, summary)
+        if args.only in (None, "loop"):
+            loop_rows(tmp, args.sizes, args.rounds, max(args.seconds, 2.0), first, summary)
         if args.only in (None, "table"):
             table_rows(tmp, args.sizes, args.rounds, args.seconds, args.connections, first, summary)
         for size in args.sizes if args.only in (None, "servers") else []:
@@ -1505,6 +1510,124 @@ def table_rows(
                 "%.2f of the ceiling" % (size, name, speed, cost, ceiling)
             )
         rows.append("")
+
+
+def loop_rows(
+    tmp: Path, sizes: List[int], rounds: int, seconds: float, rows: List[str], summary: List[str]
+) -> None:
+    """The serving loop: python app.py, waitress-serve of the same callable (waitress's own loop)
+    and the bare app that sends the same bytes with the same headers under waitress (the fair
+    floor), pinned (servers on core 0, wrk on core 1) and not pinned, in alternated rounds: the
+    median and the slowest round, so that a collapse in one round shows."""
+    rows += [
+        "| file, connections, pinned | server | requests/s median (slowest round) | slowest/median "
+        "| ÷ waitress-serve | ÷ bare app |",
+        "|---|---|---|---|---|---|",
+    ]
+    for size in sizes:
+        data = write_data(tmp, size)
+        for connections, pin in ((8, True), (32, True), (256, True), (32, False)):
+            servers = _loop_servers(tmp, data, pin)
+            try:
+                results: Dict[str, List[Result]] = {name: [] for name, _ in servers}
+                for i in range(max(7, rounds)):
+                    order = servers[i % 3 :] + servers[: i % 3]
+                    for name, server in order:
+                        url = server.url + "/v2/queues"
+                        results[name].append(_wrk(url, AUTH, seconds, connections, pin=pin))
+            finally:
+                for _, server in servers:
+                    server.close()
+            _loop_table(
+                results,
+                "%d queues, %d, %s" % (size, connections, "pinned" if pin else "not pinned"),
+                rows,
+                summary,
+            )
+
+
+def _loop_servers(tmp: Path, data: Path, pin: bool) -> List[Tuple[str, Server]]:
+    """python app.py, waitress-serve --call app:make_app and the bare app, on one file."""
+    ours = Server(
+        [sys.executable, "app.py", "--port", "0", "--data", str(data), "--quiet"], pin=pin
+    )
+    _, headers, body = fetch(ours.url + "/v2/queues", AUTH)
+    save_response(tmp / "loop-response", headers, body)
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    # waitress-serve as documented; a line first with its port, as Server reads it.
+    announce = (
+        "import runpy, sys; print('on http://127.0.0.1:%d', flush=True); "
+        "sys.argv = ['waitress-serve'] + sys.argv[1:]; runpy.run_module('waitress', "
+        "run_name='__main__')" % port
+    )
+    theirs = Server(
+        [sys.executable, "-c", announce] + documented("waitress-serve", port)[3:],
+        pin=pin,
+        env={"QSTASH_LISTS_DATA": str(data), "PYTHONPATH": str(ROOT)},
+    )
+    bare = Server(
+        [
+            sys.executable,
+            __file__,
+            "--serve-baseline",
+            str(tmp / "loop-response"),
+            "--threads",
+            "8",
+        ],
+        pin=pin,
+    )
+    for server in (theirs, bare):
+        _answered(server.url)
+    return [("python app.py", ours), ("waitress-serve", theirs), ("bare app", bare)]
+
+
+def _answered(url: str) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if fetch(url + "/v2/queues", AUTH)[0] == 200:
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.05)
+
+
+def _loop_table(
+    results: Dict[str, List[Result]], case: str, rows: List[str], summary: List[str]
+) -> None:
+    ours, theirs, bare = (results[name] for name in ("python app.py", "waitress-serve", "bare app"))
+    for name, mine in results.items():
+        median = statistics.median(r.rps for r in mine)
+        slowest = min(r.rps for r in mine)
+        rows.append(
+            "| %s | %s | %.0f (%.0f) | %.2f | %.2f | %.2f |"
+            % (
+                case,
+                name,
+                median,
+                slowest,
+                slowest / median,
+                statistics.median(a.rps / b.rps for a, b in zip(mine, theirs)),
+                statistics.median(a.rps / b.rps for a, b in zip(mine, bare)),
+            )
+        )
+    median = statistics.median(r.rps for r in ours)
+    summary.append(
+        "loop, %s: python app.py / waitress-serve %.2f, / bare app %.2f; its slowest round / "
+        "median %.2f (waitress-serve's %.2f)"
+        % (
+            case,
+            statistics.median(a.rps / b.rps for a, b in zip(ours, theirs)),
+            statistics.median(a.rps / b.rps for a, b in zip(ours, bare)),
+            min(r.rps for r in ours) / median,
+            min(r.rps for r in theirs) / statistics.median(r.rps for r in theirs),
+        )
+    )
 
 
 def reload_rows(tmp: Path, reloads: int, rows: List[str], summary: List[str]) -> None:

@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, cast
+from typing import Any, List, Optional, Tuple, cast
 
 import pytest
 from helpers import (
@@ -412,48 +412,31 @@ def test_while_another_process_holds_the_lock_waiting_writes_leave_threads_for_r
     """Another process holds the lock (for as long as this test likes) and 16 clients write: a
     bounded number wait, the rest are 503 with Retry-After at once, and a read of another account
     is answered while the lock is still held; once it is let go, the waiting writes are made."""
-    from waitress import create_server
-
     monkeypatch.setattr(store, "LOCK_TIMEOUT", 600)  # the writes would wait for the test
     data = service.open_data(str(data_path), None, 3600, writable=True, waiting_writes=2)
-    socket_map: Dict[int, Any] = {}
-    server = create_server(
-        service.create_app(data, access_log=False),
-        map=socket_map,
-        port=0,
-        threads=4,
-        **service.WAITRESS_SETTINGS,
-    )
-    stop = threading.Event()
-    serving_thread = threading.Thread(
-        target=service.run, args=(server, socket_map, 5.0, stop.is_set)
-    )
-    serving_thread.start()
-    local = Server.__new__(Server)
-    local.host, local.port = "127.0.0.1", server.effective_port
-    statuses: List[int] = []
+    with service.serving(data, threads=4) as url:
+        local = Server.__new__(Server)
+        local.host, local.port = "127.0.0.1", int(url.rsplit(":", 1)[1])
+        statuses: List[int] = []
 
-    def write(i: int) -> None:
-        statuses.append(ask(local, "POST", "/v2/queues", body={"queueName": "w%d" % i})[0])
+        def write(i: int) -> None:
+            statuses.append(ask(local, "POST", "/v2/queues", body={"queueName": "w%d" % i})[0])
 
-    holder = os.open(str(data_path), os.O_RDONLY)
-    fcntl.flock(holder, fcntl.LOCK_EX)  # another process's writer, at work
-    try:
-        first = threading.Thread(target=write, args=(0,))
-        first.start()
-        eventually(lambda: data._contended)
-        others = [threading.Thread(target=write, args=(i,)) for i in range(1, 16)]
-        for thread in others:
-            thread.start()
-        eventually(lambda: len(statuses) == 14)  # all but the two that wait: 503 at once
-        assert statuses == [503] * 14
-        assert queue_names(local, TOKEN_B) == ["reports"]  # answered while the lock is held
-    finally:
-        os.close(holder)  # lets go of the lock
-    for thread in [first] + others:
-        thread.join()
-    assert sorted(statuses) == [200, 200] + [503] * 14
-    stop.set()
-    server.pull_trigger()
-    serving_thread.join()
+        holder = os.open(str(data_path), os.O_RDONLY)
+        fcntl.flock(holder, fcntl.LOCK_EX)  # another process's writer, at work
+        try:
+            first = threading.Thread(target=write, args=(0,))
+            first.start()
+            eventually(lambda: data._contended)
+            others = [threading.Thread(target=write, args=(i,)) for i in range(1, 16)]
+            for thread in others:
+                thread.start()
+            eventually(lambda: len(statuses) == 14)  # all but the two that wait: 503 at once
+            assert statuses == [503] * 14
+            assert queue_names(local, TOKEN_B) == ["reports"]  # answered while the lock is held
+        finally:
+            os.close(holder)  # lets go of the lock
+        for thread in [first] + others:
+            thread.join()
+        assert sorted(statuses) == [200, 200] + [503] * 14
     data.close()
