@@ -41,7 +41,7 @@ class Mutant(NamedTuple):
 M = Mutant
 WRITES = ("tests/test_writes.py",)
 WRITER = ("tests/test_writer.py",)
-REUSE = ("tests/test_reuse.py",)
+REUSE = ("tests/test_differential.py",)
 SAFETY = ("tests/test_write_safety.py",)
 MUTANTS: List[Mutant] = [
     # auth
@@ -911,6 +911,27 @@ MUTANTS: List[Mutant] = [
         "        if not isinstance(rule, Rule) and rule not in (Endpoint, UrlGroup, Queue):",
         "        if rule is None:",
         ("tests/test_store.py",),
+    ),
+    M(
+        "builder",
+        "store.py",
+        '            lines.append("%sif not check%d(v%d) or v0 > v%d:" % (indent, n, n, n))',
+        '            lines.append("%sif not check%d(v%d):" % (indent, n, n))',
+        REUSE,
+    ),
+    M(
+        "builder",
+        "store.py",
+        '                "%sif not check%d(v%d) or seen.setdefault(v%d, i) != i:" % (indent, n, n, n)',
+        '                "%sif not check%d(v%d):" % (indent, n, n)',
+        REUSE,
+    ),
+    M(
+        "builder",
+        "store.py",
+        '        "    if not (value.keys() <= ALLOWED and value.keys() >= REQUIRED):",',
+        '        "    if not (value.keys() >= REQUIRED):",',
+        REUSE,
     ),
 ]
 
