@@ -851,8 +851,8 @@ MUTANTS: List[Mutant] = [
     M(
         "reuse",
         "store.py",
-        "    if checker.faults or len(digests) != len(kept) + len(elements):",
-        "    if checker.faults:",
+        "    digests = {account.token_sha256: -1 for account in kept}",
+        "    digests: dict[bytes, int] = {}",
         REUSE,
     ),
     M(
