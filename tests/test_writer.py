@@ -425,10 +425,10 @@ def test_while_another_process_holds_the_lock_waiting_writes_leave_threads_for_r
         holder = os.open(str(data_path), os.O_RDONLY)
         fcntl.flock(holder, fcntl.LOCK_EX)  # another process's writer, at work
         try:
-            first = threading.Thread(target=write, args=(0,))
+            first = threading.Thread(target=write, args=(0,), daemon=True)
             first.start()
             eventually(lambda: data._contended)
-            others = [threading.Thread(target=write, args=(i,)) for i in range(1, 16)]
+            others = [threading.Thread(target=write, args=(i,), daemon=True) for i in range(1, 16)]
             for thread in others:
                 thread.start()
             eventually(lambda: len(statuses) == 14)  # all but the two that wait: 503 at once
