@@ -758,3 +758,10 @@ def test_a_field_declared_without_its_rule_is_named_at_import() -> None:
 
     with pytest.raises(TypeError, match=r"^Queue\.description: declare it with _rule\("):
         store._schema(Queue)
+
+    @dataclasses.dataclass
+    class Bare(store.Queue):  # a check without what it expects: no fault could say it
+        description: Optional[str] = store._rule(store.is_text, None)
+
+    with pytest.raises(TypeError, match=r"^Bare\.description: declare it with _rule\("):
+        store._schema(Bare)

@@ -36,6 +36,7 @@ import store
 
 DIGEST_A = hashlib.sha256(TOKEN_A.encode()).digest()
 DIGEST_B = hashlib.sha256(TOKEN_B.encode()).digest()
+DIGEST_C = hashlib.sha256(TOKEN_C.encode()).digest()
 
 
 def ask(
@@ -153,6 +154,42 @@ def test_a_symlink_re_pointed_while_a_write_takes_the_lock_writes_the_new_target
     data.close()
 
 
+def test_a_symlink_re_pointed_while_a_write_waits_for_the_lock_writes_the_new_target(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """The probe's case: data.json links to a.json; a write waits for another writer's lock on
+    a.json; meanwhile the link is re-pointed to b.json (ln -sfn), then the lock let go: the write
+    lands in b.json, built on b.json, and a.json is left as it was."""
+    monkeypatch.setattr(store, "LOCK_TIMEOUT", 600)  # it waits for the test, however slow
+    a = write_json(tmp_path / "a.json", accounts_document())
+    other = accounts_document()
+    other["accounts"][0]["queues"] = []
+    b = write_json(tmp_path / "b.json", other)
+    link = tmp_path / "data.json"
+    link.symlink_to("a.json")
+    data = service.open_data(str(link), None, interval=3600, writable=True)
+    before_a, answers = a.read_bytes(), cast(List[str], [])
+    holder = os.open(str(a), os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another writer, at work on a.json
+    try:
+        writer = threading.Thread(
+            target=lambda: answers.append(
+                data.update(DIGEST_A, "queues", "w", store.upsert_queue, "w", None, None)
+            ),
+            daemon=True,
+        )
+        writer.start()
+        eventually(lambda: data._contended)  # it waits for the lock on a.json
+        (tmp_path / "new-link").symlink_to("b.json")
+        os.replace(tmp_path / "new-link", link)
+    finally:
+        os.close(holder)
+    writer.join(timeout=60)
+    assert answers == ["queue created"] and a.read_bytes() == before_a
+    assert [q.name for q in store.load(str(b), None).accounts[0].queues.values()] == ["w"]
+    data.close()
+
+
 def test_a_symlink_re_pointed_to_another_name_of_the_same_file_writes_where_it_leads(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
@@ -233,21 +270,36 @@ def sighup_bursts(pid: int, bursts: int = 40, each: int = 5) -> None:
             os.kill(pid, signal.SIGHUP)
 
 
-def test_the_sighup_handler_takes_no_lock(data_path: Path) -> None:
+def test_the_sighup_handler_takes_no_lock(data_path: Path, monkeypatch: Any) -> None:
     """What SIGHUP runs acquires no lock (an Event's set() does): a second signal that comes while
     the first handler holds one, in the same thread, would wait for it forever."""
     data = service.open_data(str(data_path), None, interval=3600)
     taken: List[str] = []
 
-    def profile(frame: Any, event: str, arg: Any) -> None:
+    def profile(frame: Any, event: str, arg: Any) -> None:  # a lock's method called
         if event == "c_call" and arg.__name__ in ("acquire", "__enter__"):
             taken.append(repr(arg))
 
+    class Noted:  # a lock made during the call, taken as a with statement takes it
+        def __init__(self, *args: Any) -> None:
+            taken.append("a lock made")
+
+        def __enter__(self) -> None:
+            taken.append("a lock taken")
+
+        def __exit__(self, *args: Any) -> None:
+            pass
+
+        acquire = release = __enter__
+
+    monkeypatch.setattr(threading, "Lock", Noted)
+    monkeypatch.setattr(threading, "RLock", Noted)
     sys.setprofile(profile)
     try:
         service._wake_all(signal.SIGHUP, None)
     finally:
         sys.setprofile(None)
+        monkeypatch.undo()
     assert taken == []
     data.close()
 
@@ -321,7 +373,8 @@ def test_a_change_over_its_accounts_share_is_refused_alone(data_path: Path) -> N
 
 
 def test_the_change_that_takes_the_file_over_max_size_is_refused_alone(data_path: Path) -> None:
-    """Two changes that each fit, not both: the first is written, the second refused (507)."""
+    """Two changes that each fit, in two small accounts (each within its share), not both: the
+    first is written, the second refused (507)."""
     before = b"".join(store.load(str(data_path), None).lines())  # as the writer writes it
     data_path.write_bytes(before)
     alone = service.open_data(str(data_path), None, 3600, writable=True)
@@ -330,7 +383,7 @@ def test_the_change_that_takes_the_file_over_max_size_is_refused_alone(data_path
     size = data_path.stat().st_size  # the file with the first change alone: the limit
     data_path.write_bytes(before)
     data = service.open_data(str(data_path), None, 3600, writable=True, max_size=size)
-    assert batch(data, (DIGEST_B, "more"), (DIGEST_A, "more")) == [
+    assert batch(data, (DIGEST_B, "more"), (DIGEST_C, "more")) == [
         "queue created",
         store.TooLarge,
     ]
