@@ -1272,7 +1272,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
     parser = _parser()
     args = parser.parse_args(argv)
     if args.example:
-        print(json.dumps(store.EXAMPLE, indent=2))
+        print(json.dumps(json.loads(store.EXAMPLE), indent=2))
         return 0
     try:
         settings = read_settings(os.environ if environ is None else environ, args)
@@ -1606,6 +1606,12 @@ def _parser() -> argparse.ArgumentParser:
             metavar=key.upper(),
             help="%s (default: %s)" % (setting.help, default),
         )
+    _add_switches(parser)
+    return parser
+
+
+def _add_switches(parser: argparse.ArgumentParser) -> None:
+    """The options that are switches and modes, not settings."""
     parser.add_argument(
         "--writable",
         action="store_true",
@@ -1648,7 +1654,6 @@ def _parser() -> argparse.ArgumentParser:
         help="with --record: record the account's signing keys too (secrets; default: not)",
     )
     parser.add_argument("--version", action="version", version="%(prog)s " + __version__)
-    return parser
 
 
 def _fail(lines: Sequence[str]) -> int:

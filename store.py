@@ -68,44 +68,21 @@ __all__ = [
 
 logger = logging.getLogger("qstash_lists")
 
-#: The shipped data.json (``python app.py --example`` prints it): a starter file of one account.
-EXAMPLE: dict[str, Any] = {
-    "urlGroups": [
-        {
-            "createdAt": 1700000000000,
-            "updatedAt": 1700000500000,
-            "name": "orders",
-            "endpoints": [
-                {"name": "billing", "url": "https://billing.example.com/hooks/orders"},
-                {"name": "shipping", "url": "https://shipping.example.com/hooks/orders"},
-            ],
-        },
-        {
-            "createdAt": 1700001000000,
-            "updatedAt": 1700001000000,
-            "name": "signups",
-            "endpoints": [{"url": "https://crm.example.com/webhooks/signup"}],
-        },
-    ],
-    "queues": [
-        {
-            "createdAt": 1700000000000,
-            "updatedAt": 1700000000000,
-            "name": "emails",
-            "parallelism": 2,
-            "lag": 0,
-            "paused": False,
-        },
-        {
-            "createdAt": 1700002000000,
-            "updatedAt": 1700003000000,
-            "name": "reports",
-            "parallelism": 1,
-            "lag": 12,
-            "paused": True,
-        },
-    ],
-}
+#: The shipped data.json, indented as ``python app.py --example`` prints it: a starter file of
+#: one account.
+EXAMPLE = """\
+{"urlGroups": [
+ {"createdAt": 1700000000000, "updatedAt": 1700000500000, "name": "orders", "endpoints": [
+   {"name": "billing", "url": "https://billing.example.com/hooks/orders"},
+   {"name": "shipping", "url": "https://shipping.example.com/hooks/orders"}]},
+ {"createdAt": 1700001000000, "updatedAt": 1700001000000, "name": "signups", "endpoints": [
+   {"url": "https://crm.example.com/webhooks/signup"}]}],
+ "queues": [
+  {"createdAt": 1700000000000, "updatedAt": 1700000000000, "name": "emails",
+   "parallelism": 2, "lag": 0, "paused": false},
+  {"createdAt": 1700002000000, "updatedAt": 1700003000000, "name": "reports",
+   "parallelism": 1, "lag": 12, "paused": true}]}
+"""
 #: A larger data file is refused (--max-size); loading takes several times it.
 DEFAULT_MAX_SIZE = 64 * 1024 * 1024
 MAX_SAFE_INTEGER = 2**53 - 1  # the largest integer a JavaScript client reads back exactly

@@ -6,6 +6,7 @@ it off) gives each test a fresh state on one server for the whole run.
 """
 
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -18,12 +19,9 @@ if TYPE_CHECKING or not __package__:  # beside app.py, loaded by name
 else:
     from . import app
 
-#: What a test's data file starts from unless the fixture ``qstash_data`` says otherwise.
-EMPTY_ACCOUNT: "dict[str, list[Any]]" = {"urlGroups": [], "queues": []}
-#: serve()'s reloader looks this seldom (seconds): a writable server looks before every request.
-INTERVAL = 3600.0
-#: The ini setting that starts the run's server before the tests are imported (see below).
-ENVIRON_SETTING = "qstash_lists_environ"
+EMPTY_ACCOUNT: "dict[str, list[Any]]" = {"urlGroups": [], "queues": []}  # qstash_data's default
+INTERVAL = 3600.0  # seconds between serve()'s looks: a writable server looks at every request
+ENVIRON_SETTING = "qstash_lists_environ"  # the ini line that starts the server first (below)
 
 
 class Server(NamedTuple):
@@ -74,13 +72,13 @@ def _serving(
             source.close()
 
 
-class _Session:
+class _Session(contextlib.ExitStack):
     """The run's one server: started once (the first test that asks, or the ini setting), put
     back to each test's ``qstash_data`` before it (in place: its URL and token stay)."""
 
     def __init__(self) -> None:
-        self._stack = contextlib.ExitStack()
-        self.server, self._source = self._stack.enter_context(
+        super().__init__()
+        self.server, self._source = self.enter_context(
             _serving(EMPTY_ACCOUNT, None, writable=True, host="127.0.0.1", port=0)
         )
 
@@ -97,18 +95,10 @@ class _Session:
             "qstash_data: QSTASH_TOKEN is set to the first account's 'token', and none has one"
         )
 
-    def close(self) -> None:
-        self._stack.close()
 
-
-_session: Optional[_Session] = None  # the run's server in this process (an xdist worker's own)
-
-
+@functools.lru_cache(maxsize=None)  # the run's server in this process (an xdist worker's own)
 def _the_session() -> _Session:
-    global _session
-    if _session is None:
-        _session = _Session()
-    return _session
+    return _Session()
 
 
 try:
@@ -132,10 +122,9 @@ if pytest is not None:
             os.environ["QSTASH_URL"], os.environ["QSTASH_TOKEN"] = server.url, server.token
 
     def pytest_unconfigure(config: pytest.Config) -> None:
-        global _session
-        if _session is not None:
-            _session.close()
-            _session = None
+        if _the_session.cache_info().currsize:
+            _the_session().close()
+            _the_session.cache_clear()
 
     @pytest.fixture
     def qstash_data() -> Any:
