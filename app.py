@@ -629,7 +629,7 @@ def _account(
 ) -> store.Account:
     """The account of the request's token, in the newest version; or the error that says why not."""
     token = _credential(environ)
-    loaded = source.current()
+    loaded = source.current(token)
     if loaded is None:
         raise ServiceUnavailable(UNAVAILABLE, why="no good data file yet")
     account = loaded.find(token)

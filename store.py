@@ -1318,6 +1318,30 @@ class _Version:
 Change = Callable[["Store", int], "tuple[Store, str]"]
 
 
+class _Seen(NamedTuple):
+    """A version on disk not yet loaded, seen against the store in service (see DataFile._kept):
+    the digests of the accounts it keeps byte for byte."""
+
+    signature: Optional[Signature] = None
+    store: Optional["Store"] = None
+    digests: frozenset[bytes] = frozenset()
+
+
+def _kept_digests(path: str, store: Optional["Store"], max_size: int) -> frozenset[bytes]:
+    """The digests of the accounts of ``store`` that the file at ``path`` keeps byte for byte, at
+    its two ends (see _split); none if it cannot be read or is another layout."""
+    if store is None or store.single_account:
+        return frozenset()
+    try:
+        raw, _ = read(path, max_size)
+    except DataError:
+        return frozenset()
+    split = _split(raw, store.accounts)
+    if split is None:
+        return frozenset()
+    return frozenset(account.token_sha256 for account in split.head + split.tail)
+
+
 @dataclass(eq=False)
 class _Write:
     """One change waiting for this process's writer (see DataFile._write), then its outcome."""
@@ -1378,6 +1402,7 @@ class DataFile:
         self._fallback = fallback
         self._version = _Version()  # guarded by _lock: the one owner, _put and _refuse
         self._first: Optional[Store] = None  # the first good store (see restore): set by _put
+        self._seen = _Seen()  # guarded by _lock: a version not loaded yet (see _kept)
         self._fault: Optional[str] = None  # the first line of the fault last logged, until it ends
         self._closed = False
         self._forked = False  # set in a forked child (after_fork) until its first call
@@ -1395,14 +1420,32 @@ class DataFile:
         _open_files.add(self)
 
     # -- Reads -------------------------------------------------------------------------------------
-    def current(self) -> Optional[Store]:
-        """Return the newest good store (None only if there has never been one); a writable one
-        first loads a version another process wrote, so that a read follows every write answered."""
+    def current(self, token: Optional[bytes] = None) -> Optional[Store]:
+        """Return the newest good store (None only if there has never been one).  A writable one
+        first loads a version another process wrote, so that a read follows every write answered;
+        but for the account of ``token``, if that version keeps it byte for byte (see _kept), the
+        one in service answers as the new one would (the reloader loads the rest)."""
         if self._forked:
             self._adopt()
-        if self.writable and _stat(self.path) != self._version.judged:
-            self.refresh()
+        if self.writable:
+            on_disk = _stat(self.path)
+            if on_disk != self._version.judged and not self._kept(token, on_disk):
+                self.refresh()
         return self._version.store
+
+    def _kept(self, token: Optional[bytes], on_disk: Optional[Signature]) -> bool:
+        """Whether the version ``on_disk`` keeps the account of ``token`` as the store in service
+        has it, found by the reuse's split (exact: a version that loads gives that very account,
+        and one that does not keeps the store in service); the file is read once a version."""
+        if token is None or on_disk is None:
+            return False
+        with self._lock:
+            seen, store = self._seen, self._version.store
+            if seen.signature != on_disk or seen.store is not store:
+                seen = self._seen = _Seen(
+                    on_disk, store, _kept_digests(self.path, store, self.max_size)
+                )
+        return hashlib.sha256(token).digest() in seen.digests
 
     def status(self) -> Status:
         """Return which version is in service, since when, and when the file on disk stopped being
@@ -1525,13 +1568,19 @@ class DataFile:
                 write.did, write.error = None, exc
 
     def _write_held(self, held: _Held, batch: list[_Write]) -> bool:
-        """Read the file ``held``, make ``batch`` on it, and rename the new version over it if the
-        path still leads to it; tell whether that was done (else: again, on the new file)."""
-        found = _read_open(held.fd, self.path, self.max_size)
-        if found is None:  # written into meanwhile, by hand
-            return False
-        raw, signature = found
-        store = self._take(raw, signature)
+        """Make ``batch`` on the file ``held`` (read only if it is not the version in service),
+        and rename the new version over it if the path still leads to it; tell whether that was
+        done (else: again, on the new file)."""
+        signature, store = _signature(os.fstat(held.fd)), None
+        with self._lock:
+            if self._version.judged == signature and self._version.failed_at is None:
+                store = self._version.store
+        if store is None:
+            found = _read_open(held.fd, self.path, self.max_size)
+            if found is None:  # written into meanwhile, by hand
+                return False
+            raw, signature = found
+            store = self._take(raw, signature)
         fresh = self._apply(store, batch)
         if fresh is store:
             return True

@@ -933,6 +933,20 @@ MUTANTS: List[Mutant] = [
         '        "    if not (value.keys() >= REQUIRED):",',
         REUSE,
     ),
+    M(
+        "writer",
+        "store.py",
+        "        return hashlib.sha256(token).digest() in seen.digests",
+        "        return True",
+        WRITES + WRITER,
+    ),
+    M(
+        "writer",
+        "store.py",
+        "            if self._version.judged == signature and self._version.failed_at is None:\n                store = self._version.store",
+        "            if self._version.judged == signature:\n                store = self._version.store",
+        WRITES + WRITER,
+    ),
 ]
 
 

@@ -240,19 +240,19 @@ def test_a_version_renamed_over_the_file_during_a_write_is_written_under_its_own
                 os.close(probe)
         real_replace(source, target)
 
-    take = data._take
+    apply = data._apply
 
-    def edited_meanwhile(raw: bytes, signature: Any) -> Any:
-        store_ = take(raw, signature)
+    def edited_meanwhile(base: Any, batch: Any) -> Any:
+        made = apply(base, batch)
         if not edited:  # the first try: an editor saves by renaming
             edited.append("by hand")
             document = accounts_document()
             document["accounts"][1]["queues"] = []
             write_json(tmp_path / "edit.json", document)
             real_replace(tmp_path / "edit.json", path)
-        return store_
+        return made
 
-    monkeypatch.setattr(data, "_take", edited_meanwhile)
+    monkeypatch.setattr(data, "_apply", edited_meanwhile)
     monkeypatch.setattr(os, "replace", replaced)
     assert data.update(DIGEST_A, "queues", "w", store.upsert_queue, "w", None, None) == (
         "queue created"

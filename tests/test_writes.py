@@ -616,9 +616,10 @@ def test_the_writable_setting(tmp_path: Path, monkeypatch: Any) -> None:
 
 
 def test_another_process_reads_a_write_parsing_only_the_account_it_changed(tmp_path: Path) -> None:
-    """Two DataFiles on one file, as two processes: the second builds the first's version from its
-    own accounts for each one the write did not change (the same objects), and parses only the
-    one it changed; a version in a hand edit's layout is parsed whole, to the same."""
+    """Two DataFiles on one file, as two processes: a read of an account the write did not change
+    loads nothing; one of the account it changed loads the version, built from the reader's own
+    accounts for each one the write did not change (the same objects), parsing only the one it
+    changed; a version in a hand edit's layout is parsed whole, to the same."""
     path = write_json(tmp_path / "data.json", accounts_document())
     writer = service.open_data(str(path), None, interval=3600, writable=True)
     reader = service.open_data(str(path), None, interval=3600, writable=True)
@@ -626,7 +627,9 @@ def test_another_process_reads_a_write_parsing_only_the_account_it_changed(tmp_p
     for name, parallelism in (("q10", 5), ("new", 1), ("q10", 6)):
         before = reader.current()
         writer.update(digest, "queues", name, store.upsert_queue, name, parallelism, None)
-        after = reader.current()
+        # Account A is in the new version byte for byte: its read loads nothing.
+        assert reader.current(TOKEN_A.encode()) is before
+        after = reader.current(TOKEN_B.encode())
         assert before is not None and after is not None
         assert after.accounts[1].queues[name].parallelism == parallelism
         assert [a is b for a, b in zip(before.accounts, after.accounts)] == [True, False, True]
@@ -706,19 +709,19 @@ def test_writes_that_come_while_one_is_written_go_in_one_version_each_with_its_o
     account not there is refused alone."""
     path = write_json(tmp_path / "data.json", accounts_document())
     data = service.open_data(str(path), None, interval=3600, writable=True)
-    go, take, rename = threading.Event(), data._take, os.replace
+    go, apply, rename = threading.Event(), data._apply, os.replace
     renames: List[Any] = []
     looks: List[int] = []
     # The others wait for the first however slow the machine.
     monkeypatch.setattr(store, "LOCK_TIMEOUT", 600)
 
-    def held(raw: bytes, signature: Any) -> Any:
-        # The first write's look at the file, under the lock, held: the others wait meanwhile.
+    def held(base: Any, batch: Any) -> Any:
+        # The first write's changes, made under the lock, held: the others wait meanwhile.
         looks.append(1)
         go.wait()
-        return take(raw, signature)
+        return apply(base, batch)
 
-    monkeypatch.setattr(data, "_take", held)
+    monkeypatch.setattr(data, "_apply", held)
     monkeypatch.setattr(os, "replace", lambda *names: renames.append(names) or rename(*names))  # type: ignore[func-returns-value]
     answers: Dict[str, str] = {}
 
