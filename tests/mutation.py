@@ -421,8 +421,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "        if self.writable and _stat(self.path) != self._version.judged:",
-        "        if False:",
+        "            if on_disk != self._version.judged and not self._kept(token, on_disk):",
+        "            if False:",
         WRITES,
     ),
     M(
