@@ -745,7 +745,7 @@ def write(
         raise _refused(exc) from None
     if did == "no such " + noun:
         raise _no_such(noun, asked.name)
-    return WRITTEN._replace(why=did)
+    return WRITTEN._replace(headers=list(WRITTEN.headers), why=did)  # a list of its own
 
 
 class Refusal(NamedTuple):
@@ -800,7 +800,7 @@ def reset(source: store.DataFile, account: store.Account) -> Answer:
         raise Unauthorized("account gone") from None
     except store.DataError as exc:
         raise _refused(exc) from None
-    return WRITTEN._replace(why=did)
+    return WRITTEN._replace(headers=list(WRITTEN.headers), why=did)  # a list of its own
 
 
 def health(status: store.Status) -> Answer:

@@ -1813,6 +1813,7 @@ def _reloader(
     """The loop of a DataFile's reloader thread: look every interval (the socket's timeout), and
     at once when woken (``send``), while it is open; then close both sockets (a wake after that
     is an OSError that wake() ignores)."""
+    looked: Optional[Signature] = None
     try:
         while True:
             try:
@@ -1825,7 +1826,11 @@ def _reloader(
             if data is None or data._closed:
                 return
             try:
-                data.refresh(force)
+                # A writable one's reads load what they need (see current): it loads another
+                # process's writes once they pause, not at every look while they come.
+                before, looked = looked, _stat(data.path)
+                if force or not data.writable or looked == before:
+                    data.refresh(force)
             except Exception:  # never let the reloader die
                 logger.exception("%s: reloader error", data.path)
             del data  # wait without holding it

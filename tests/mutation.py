@@ -947,6 +947,13 @@ MUTANTS: List[Mutant] = [
         "            if self._version.judged == signature:\n                store = self._version.store",
         WRITES + WRITER,
     ),
+    M(
+        "writer",
+        "store.py",
+        "                if force or not data.writable or looked == before:",
+        "                if force or not data.writable:",
+        ("tests/test_reload.py",),
+    ),
 ]
 
 
