@@ -631,7 +631,7 @@ def _json(raw: bytes, source: str) -> Any:
         raise DataError(
             ["%s: not UTF-8 text: %s at byte %d" % (source, exc.reason, exc.start)]
         ) from None
-    if not text.strip():
+    if not text or text.isspace():  # (strip would copy the whole file)
         raise DataError(
             [
                 "%s: empty: a data file is a JSON object (python app.py --example prints one)"
@@ -830,15 +830,16 @@ class _Checker:
         digest: bytes,
         credential: Optional[tuple[str, str]],
     ) -> Account:
-        arrays = {}
+        arrays: dict[str, dict[str, Any]] = {}
         for key, kind, cls in ARRAYS:
             seen: dict[str, int] = {}
-            arrays[kind] = {
-                one.name: one
-                for i, v in enumerate(self.each(item.get(key, []), prefix + key))
-                for one in (self.item(v, prefix + key, i, cls, seen),)
-                if one is not None
-            }
+            build, built = _BUILDERS[cls], arrays.setdefault(kind, {})
+            for i, value in enumerate(self.each(item.get(key, []), prefix + key)):
+                one = build(value, seen, i)  # the short way (see _builder), else the checker's
+                if one is None:
+                    one = self.item(value, prefix + key, i, cls, seen)
+                if one is not None:
+                    built[one.name] = one
         keys, value = None, item.get("signingKeys")
         # Never the value: signing keys are secrets.
         if value is not None and type(value) is not dict:
