@@ -121,6 +121,23 @@ def test_a_stray_byte_before_an_unchanged_account_is_refused_and_never_written_o
 
 
 # ---- 3. The lock on what is renamed --------------------------------------------------------------
+def re_point_when_opened(monkeypatch: Any, target: Path, link: Path, new: str) -> List[str]:
+    """As the writer opens ``target`` to lock it, re-point ``link`` to ``new`` (as ``ln -sfn``
+    does: a new link renamed over it), once; the list says whether it was done."""
+    real_open, flipped = store._open, cast(List[str], [])
+
+    def open_then_re_pointed(path: str) -> int:
+        fd = real_open(path)
+        if path == str(target) and not flipped:
+            flipped.append(path)
+            (link.parent / "new-link").symlink_to(new)
+            os.replace(link.parent / "new-link", link)
+        return fd
+
+    monkeypatch.setattr(store, "_open", open_then_re_pointed)
+    return flipped
+
+
 def test_a_symlink_re_pointed_while_a_write_takes_the_lock_writes_the_new_target_alone(
     tmp_path: Path, monkeypatch: Any
 ) -> None:
@@ -135,17 +152,7 @@ def test_a_symlink_re_pointed_while_a_write_takes_the_lock_writes_the_new_target
     link.symlink_to("a.json")
     data = service.open_data(str(link), None, interval=3600, writable=True)
     before_a = a.read_bytes()
-    real_open, flipped = store._open, cast(List[str], [])
-
-    def open_then_re_pointed(target: str) -> int:
-        fd = real_open(target)
-        if target == str(a) and not flipped:
-            flipped.append(target)
-            (tmp_path / "new-link").symlink_to("b.json")
-            os.replace(tmp_path / "new-link", link)
-        return fd
-
-    monkeypatch.setattr(store, "_open", open_then_re_pointed)
+    flipped = re_point_when_opened(monkeypatch, a, link, "b.json")
     assert data.update(DIGEST_A, "queues", "w", store.upsert_queue, "w", None, None) == (
         "queue created"
     )
@@ -201,17 +208,7 @@ def test_a_symlink_re_pointed_to_another_name_of_the_same_file_writes_where_it_l
     link = tmp_path / "data.json"
     link.symlink_to("a.json")
     data = service.open_data(str(link), None, interval=3600, writable=True)
-    real_open, flipped = store._open, cast(List[str], [])
-
-    def open_then_re_pointed(target: str) -> int:
-        fd = real_open(target)
-        if target == str(a) and not flipped:
-            flipped.append(target)
-            (tmp_path / "new-link").symlink_to("c.json")
-            os.replace(tmp_path / "new-link", link)
-        return fd
-
-    monkeypatch.setattr(store, "_open", open_then_re_pointed)
+    flipped = re_point_when_opened(monkeypatch, a, link, "c.json")
     assert data.update(DIGEST_A, "queues", "w", store.upsert_queue, "w", None, None) == (
         "queue created"
     )
