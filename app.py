@@ -1669,21 +1669,26 @@ def _run_command(settings: Mapping[str, Any], args: argparse.Namespace, prog: st
     if not args.run:
         return _fail(["--run: give the command after it, such as: %s --run npm test" % prog])
     path = settings["data"]
+    # The dev token stands in for QSTASH_TOKEN only where no one else can reach the server.
+    fallback = DEV_TOKEN if is_loopback(settings["host"]) else None
     try:  # the faults name the user's file, not the copy
-        loaded = store.load(path, settings["token"], DEV_TOKEN, settings["max_size"])
+        loaded = store.load(path, settings["token"], fallback, settings["max_size"])
     except store.DataError as exc:
         return _not_loaded(exc, path, prog)
     token = _token_of(loaded, settings["token"])
     if token is None:
         return _fail(
-            ["%s: --run sets QSTASH_TOKEN to the first account with a 'token': give one one" % path]
+            [
+                "%s: --run sets QSTASH_TOKEN to the first account's 'token', and none has one: "
+                "give one account its token in clear" % path
+            ]
         )
     log = _log_to_stderr(args.quiet)
     port = 0 if args.port is None else settings["port"]
     with tempfile.TemporaryDirectory(prefix="qstash-lists-") as folder:
         copy = os.path.join(folder, os.path.basename(path))
         shutil.copyfile(path, copy)
-        data = _open(dict(settings, data=copy, writable=True), DEV_TOKEN, required=True)
+        data = _open(dict(settings, data=copy, writable=True), fallback, required=True)
         try:
             with serving(data, settings["host"], port, settings["threads"], resets=True) as url:
                 if not args.quiet:

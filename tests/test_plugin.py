@@ -243,3 +243,30 @@ def test_the_runner_as_printed_serves_a_copy_and_exits_with_the_commands_status(
     )
     assert (done.returncode, done.stdout, done.stderr) == (status, "", "")
     assert fixture.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "document, args, line",
+    [
+        (
+            {"accounts": [{"tokenSha256": "a" * 64}]},
+            ["--run", "true"],
+            "{path}: --run sets QSTASH_TOKEN to the first account's 'token', and none has one: "
+            "give one account its token in clear",
+        ),
+        (
+            {"queues": []},
+            ["--run"],
+            "--run: give the command after it, such as: python app.py --run npm test",
+        ),
+    ],
+)
+def test_the_runner_says_what_it_needs(tmp_path: Path, document: Any, args: Any, line: str) -> None:
+    fixture = write_json(tmp_path / "fixture.json", document)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "app.py"), "--data", str(fixture)] + args,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stderr) == (2, line.format(path=fixture) + "\n")
