@@ -1022,66 +1022,78 @@ Setting = NamedTuple(
 
 
 def _token(text: str) -> str:
-    problem = (
-        "drop the word 'Bearer': the variable holds the token alone"
-        if text.startswith("Bearer ")
-        else store.check_token(text)
-    )
+    if text.startswith("Bearer "):
+        raise ValueError("drop the word 'Bearer': the variable holds the token alone")
+    problem = store.check_token(text)
     if problem is not None:
         raise ValueError(problem)
     return text
 
 
+def _digits(text: str, most: int) -> bool:
+    """Whether ``text`` is a whole number of at most ``most`` ASCII digits."""
+    return text.isascii() and text.isdigit() and len(text) <= most
+
+
 def _whole(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
-        if (
-            not (text.isascii() and text.isdigit() and len(text) <= len(str(high)))
-            or not low <= int(text) <= high
-        ):
-            raise ValueError("expected a whole number from %d to %d" % (low, high))
+        expected = "expected a whole number from %d to %d" % (low, high)
+        if not _digits(text, len(str(high))):
+            raise ValueError(expected)
+        if not low <= int(text) <= high:
+            raise ValueError(expected)
         return int(text)
 
     return parse
 
 
+#: The units a size may end with, and their shifts (``--max-size 64M``).
+_UNITS = {"": 0, "K": 10, "M": 20, "G": 30}
+_LARGEST_SIZE = 1 << 32
+
+
 def _size(text: str) -> int:
-    digits, unit = (text[:-1], text[-1].upper()) if text[-1:].isalpha() else (text, "")
-    if (
-        unit not in ("", "K", "M", "G")
-        or not (digits.isascii() and digits.isdigit() and len(digits) <= 10)
-        or not 1 <= int(digits) << {"": 0, "K": 10, "M": 20, "G": 30}[unit] <= 1 << 32
-    ):
-        raise ValueError(
-            "expected a size in bytes from 1 to 4G, such as 64M (K, M or G may follow the number)"
-        )
-    return int(digits) << {"": 0, "K": 10, "M": 20, "G": 30}[unit]
+    expected = (
+        "expected a size in bytes from 1 to 4G, such as 64M (K, M or G may follow the number)"
+    )
+    digits, unit = text, ""
+    if text[-1:].isalpha():
+        digits, unit = text[:-1], text[-1].upper()
+    if unit not in _UNITS:
+        raise ValueError(expected)
+    if not _digits(digits, 10):
+        raise ValueError(expected)
+    size = int(digits) << _UNITS[unit]
+    if not 1 <= size <= _LARGEST_SIZE:
+        raise ValueError(expected)
+    return size
 
 
 def _http_url(text: str) -> str:
-    if not text.startswith(("http://", "https://")) or not text.isprintable() or " " in text:
-        raise ValueError("expected an http or https URL such as https://qstash.upstash.io")
+    expected = "expected an http or https URL such as https://qstash.upstash.io"
+    if not text.startswith(("http://", "https://")):
+        raise ValueError(expected)
+    if not text.isprintable() or " " in text:
+        raise ValueError(expected)
     return text.rstrip("/")
 
 
 def _seconds(text: str) -> float:
-    value = (
-        float(text)
-        if text.isascii() and text.replace(".", "", 1).isdigit() and len(text) < 20
-        else 0.0
-    )
+    expected = "expected a number of seconds from 0.01 to 3600"
+    if not _digits(text.replace(".", "", 1), 19):
+        raise ValueError(expected)
+    value = float(text)
     if not 0.01 <= value <= 3600:
-        raise ValueError("expected a number of seconds from 0.01 to 3600")
+        raise ValueError(expected)
     return value
 
 
 def _hosts(text: str) -> Tuple[str, ...]:
+    expected = "expected host names separated by commas, such as qstash.internal,dev.example"
     names = tuple(name.strip().lower() for name in text.split(","))
-    if not all(names) or not all(
-        name.isascii() and name.isprintable() and " " not in name for name in names
-    ):
-        raise ValueError(
-            "expected host names separated by commas, such as qstash.internal,dev.example"
-        )
+    for name in names:
+        if not name or not (name.isascii() and name.isprintable()) or " " in name:
+            raise ValueError(expected)
     return names
 
 

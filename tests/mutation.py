@@ -263,7 +263,7 @@ MUTANTS: List[Mutant] = [
     M("size", "store.py", "if before.st_size > max_size:", "if before.st_size > max_size + 1:"),
     M("size", "store.py", "if total > limit:", "if total > limit + 1:"),
     M("size", "store.py", "min(limit - total + 1, _READ_CHUNK)", "_READ_CHUNK"),
-    M("size", "app.py", '"G": 30}[unit] <= 1 << 32', '"G": 30}[unit] <= 1 << 40', tuple(SERVER)),
+    M("size", "app.py", "_LARGEST_SIZE = 1 << 32", "_LARGEST_SIZE = 1 << 40", tuple(SERVER)),
     M(
         "size",
         "store.py",
@@ -760,15 +760,15 @@ MUTANTS: List[Mutant] = [
     M(
         "settings",
         "app.py",
-        '        if text.startswith("Bearer ")',
-        "        if False",
+        '    if text.startswith("Bearer "):',
+        "    if False:",
         tuple(SERVER),
     ),
     M(
         "settings",
         "app.py",
-        "not (text.isascii() and text.isdigit() and len(text) <= len(str(high)))",
-        "not (text.isdigit())",
+        "    return text.isascii() and text.isdigit() and len(text) <= most",
+        "    return text.isdigit()",
         tuple(SERVER),
     ),
     M(
@@ -782,8 +782,8 @@ MUTANTS: List[Mutant] = [
     M(
         "settings",
         "app.py",
-        'fallback = DEV_TOKEN if is_loopback(settings["host"]) else None',
-        "fallback = DEV_TOKEN",
+        '    fallback = DEV_TOKEN if is_loopback(settings["host"]) else None\n    log =',
+        "    fallback = DEV_TOKEN\n    log =",
         tuple(SERVER),
     ),
     M(
