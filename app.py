@@ -32,6 +32,7 @@ import time
 import typing
 import urllib.error
 import urllib.request
+import weakref
 from http import HTTPStatus
 from typing import (
     TYPE_CHECKING,
@@ -1371,7 +1372,7 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[A
     except ImportError:
         return _fail(["waitress is not installed: python -m pip install waitress"])
     host, port = settings["host"], settings["port"]
-    # Ours, single socket or several, so that _run can see every connection.
+    # Ours, single socket or several, so that run() can see every connection.
     socket_map: Dict[int, Any] = {}
     try:
         server = create_server(
@@ -1392,7 +1393,7 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[A
     listening = getattr(server, "effective_listen", None) or [
         (server.effective_host, server.effective_port)
     ]
-    # "localhost": 2.
+    # "localhost" may listen on two addresses (IPv4 and IPv6).
     urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in listening]
     loaded = typing.cast(store.Store, data.current())  # open_data raised otherwise
     print("\n".join(_banner(settings, loaded, urls, listening[0][1], data.writable)), flush=True)
@@ -1452,8 +1453,8 @@ def _dev_mode(settings: Mapping[str, Any], loaded: store.Store, port: Any) -> st
 
 class Stopper:
     """What stops run(): a pipe in the server's socket map, whose read end ends the serving loop
-    once a byte comes; stop() writes that byte, from any thread or a signal handler (a write to
-    a pipe takes no lock, as an Event's set() does)."""
+    once a byte comes; stop() writes that byte, from any thread or a signal handler (a write to a
+    pipe takes no lock; an Event's set() takes one)."""
 
     def __init__(self, socket_map: Dict[int, Any]) -> None:
         from waitress import wasyncore
@@ -1469,6 +1470,9 @@ class Stopper:
                 return False
 
         self.dispatcher = Dispatcher(self._read, socket_map)  # it reads a copy of the descriptor
+        # The write end lives as long as this object: a signal after close() finds no reader
+        # (an error, ignored), never a descriptor the process has reused meanwhile.
+        weakref.finalize(self, os.close, self._write)
 
     def stop(self) -> None:
         """Have run() stop serving."""
@@ -1477,8 +1481,7 @@ class Stopper:
 
     def close(self) -> None:
         self.dispatcher.close()
-        for fd in (self._read, self._write):
-            os.close(fd)
+        os.close(self._read)
 
 
 def run(server: Any, socket_map: Dict[int, Any], stop_timeout: float, stopper: Stopper) -> None:
