@@ -14,6 +14,7 @@ import zipfile
 from pathlib import Path
 from typing import Any, Dict, Optional
 
+import pytest
 from helpers import (
     ALPHA_QUEUE,
     ROOT,
@@ -228,3 +229,18 @@ def test_the_readmes_install_lines_work_from_a_clone_and_from_its_url(tmp_path: 
         assert found.stdout == "serve\n", found.stderr
         entry_points = next(target.glob("qstash_lists-*.dist-info")) / "entry_points.txt"
         assert "qstash_lists = qstash_lists.testing" in entry_points.read_text()
+
+
+@pytest.mark.parametrize(
+    "script", ["tests/sdk/matrix.py", "tests/benchmark.py", "tests/soak.py", "tests/mutation.py"]
+)
+def test_each_script_starts_from_the_checkout(script: str) -> None:
+    """The scripts run by path (not on pytest's path) find what they import."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / script), "--help"],
+        cwd=str(ROOT),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr

@@ -27,6 +27,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # tests/, for helpers
+sys.path.insert(1, str(HERE.parent.parent))  # the checkout, for the store that helpers reads
 
 from helpers import ALPHA_GROUP, ALPHA_QUEUE, ROOT, SIGNING_KEYS, TOKEN_A, serving, write_json  # noqa: E402
 
