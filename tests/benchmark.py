@@ -47,21 +47,24 @@ SERVER_CPU = ["taskset", "-c", "0"] if PIN else []
 LOAD_CPU = ["taskset", "-c", "1"] if PIN else []
 
 
+def queue_items(queues: int) -> List[Dict[str, Any]]:
+    """``queues`` queues as a data file holds them, named queue-000000 on."""
+    return [
+        {
+            "createdAt": 1700000000000 + i,
+            "updatedAt": 1700000000000 + i,
+            "name": "queue-%06d" % i,
+            "parallelism": i % 10 + 1,
+            "lag": i % 1000,
+            "paused": i % 7 == 0,
+        }
+        for i in range(queues)
+    ]
+
+
 def write_data(folder: Path, queues: int) -> Path:
     """A one-account file with ``queues`` queues, written as a person would (indented)."""
-    document = {
-        "queues": [
-            {
-                "createdAt": 1700000000000 + i,
-                "updatedAt": 1700000000000 + i,
-                "name": "queue-%06d" % i,
-                "parallelism": i % 10 + 1,
-                "lag": i % 1000,
-                "paused": i % 7 == 0,
-            }
-            for i in range(queues)
-        ]
-    }
+    document = {"queues": queue_items(queues)}
     path = folder / ("queues-%d.json" % queues)
     path.write_text(json.dumps(document, indent=2))
     return path
@@ -706,17 +709,7 @@ OTHER = {"Authorization": "Bearer other-token"}  # the account that only reads d
 def write_file(folder: Path, queues: int, accounts: int = 1) -> Path:
     """A file of ``accounts`` accounts of ``queues`` queues (the writes' token has the first), and
     one more small account that only reads."""
-    items = [
-        {
-            "createdAt": 1700000000000 + i,
-            "updatedAt": 1700000000000 + i,
-            "name": "queue-%06d" % i,
-            "parallelism": i % 10 + 1,
-            "lag": i % 1000,
-            "paused": i % 7 == 0,
-        }
-        for i in range(queues)
-    ]
+    items = queue_items(queues)
     document = {
         "accounts": [
             {"token": TOKEN if a == 0 else "tok-%d" % a, "queues": items} for a in range(accounts)
