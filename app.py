@@ -162,8 +162,9 @@ MAX_QUERY_TOKENS = 16  # more differently written qstash_token values than this 
 #: Lines held for a log stream that does not keep up; past that, dropped and counted.
 ACCESS_LOG_BACKLOG = 10000
 ACCESS_LOG_CLOSE_TIMEOUT = 1.0  # how long the access log may take to write its last lines at a stop
-#: How long serving() lets the answers in flight finish when its block ends.
+#: How long serving() lets the answers in flight finish when its block ends, and its threads.
 SERVING_STOP_TIMEOUT = 5.0
+SERVING_THREADS = 4
 MAX_THREADS = 1024  # the most --threads allows (each has a stack; thousands only queue on 2 cores)
 
 logger = logging.getLogger("qstash_lists")
@@ -1518,7 +1519,7 @@ def serving(
     source: store.DataFile,
     host: str = "127.0.0.1",
     port: int = 0,
-    threads: int = 4,
+    threads: int = SERVING_THREADS,
     resets: bool = False,
 ) -> Iterator[str]:
     """Serve ``source`` under waitress in a thread of this process (on a free port unless told)

@@ -64,7 +64,9 @@ def _serving(
         else:
             with open(path, "w", encoding="utf-8") as file:
                 json.dump(data, file)
-        source = app.open_data(path, token, INTERVAL, writable=writable)
+        # Waiting writes may hold half its threads (see store.WAITING_WRITES).
+        waiting = app.SERVING_THREADS // 2
+        source = app.open_data(path, token, INTERVAL, writable=writable, waiting_writes=waiting)
         try:
             with app.serving(source, host, port) as url:
                 yield Server(url, token, path), source
