@@ -121,6 +121,18 @@ def test_a_stray_byte_before_an_unchanged_account_is_refused_and_never_written_o
 
 
 # ---- 3. The lock on what is renamed --------------------------------------------------------------
+def two_files_and_a_link(tmp_path: Path) -> Tuple[Path, Path, Path, store.DataFile]:
+    """a.json and b.json (whose first account has no queue), data.json a link to a.json, and a
+    writable DataFile on the link."""
+    a = write_json(tmp_path / "a.json", accounts_document())
+    other = accounts_document()
+    other["accounts"][0]["queues"] = []
+    b = write_json(tmp_path / "b.json", other)
+    link = tmp_path / "data.json"
+    link.symlink_to("a.json")
+    return a, b, link, service.open_data(str(link), None, interval=3600, writable=True)
+
+
 def re_point_when_opened(monkeypatch: Any, target: Path, link: Path, new: str) -> List[str]:
     """As the writer opens ``target`` to lock it, re-point ``link`` to ``new`` (as ``ln -sfn``
     does: a new link renamed over it), once; the list says whether it was done."""
@@ -144,13 +156,7 @@ def test_a_symlink_re_pointed_while_a_write_takes_the_lock_writes_the_new_target
     """data.json is a link to a.json; as the writer opens a.json to lock it, the link is
     re-pointed to b.json (ln -sfn): the write lands in b.json, built on b.json, and a.json is
     left as it was."""
-    a = write_json(tmp_path / "a.json", accounts_document())
-    other = accounts_document()
-    other["accounts"][0]["queues"] = []
-    b = write_json(tmp_path / "b.json", other)
-    link = tmp_path / "data.json"
-    link.symlink_to("a.json")
-    data = service.open_data(str(link), None, interval=3600, writable=True)
+    a, b, link, data = two_files_and_a_link(tmp_path)
     before_a = a.read_bytes()
     flipped = re_point_when_opened(monkeypatch, a, link, "b.json")
     assert data.update(DIGEST_A, "queues", "w", store.upsert_queue, "w", None, None) == (
@@ -168,13 +174,7 @@ def test_a_symlink_re_pointed_while_a_write_waits_for_the_lock_writes_the_new_ta
     a.json; meanwhile the link is re-pointed to b.json (ln -sfn), then the lock let go: the write
     lands in b.json, built on b.json, and a.json is left as it was."""
     monkeypatch.setattr(store, "LOCK_TIMEOUT", 600)  # it waits for the test, however slow
-    a = write_json(tmp_path / "a.json", accounts_document())
-    other = accounts_document()
-    other["accounts"][0]["queues"] = []
-    b = write_json(tmp_path / "b.json", other)
-    link = tmp_path / "data.json"
-    link.symlink_to("a.json")
-    data = service.open_data(str(link), None, interval=3600, writable=True)
+    a, b, link, data = two_files_and_a_link(tmp_path)
     before_a, answers = a.read_bytes(), cast(List[str], [])
     holder = os.open(str(a), os.O_RDONLY)
     fcntl.flock(holder, fcntl.LOCK_EX)  # another writer, at work on a.json
