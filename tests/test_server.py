@@ -427,9 +427,10 @@ def test_check_warns_without_failing(
 
 
 def _refused(host: str, port: int) -> bool:
+    """No new connection is taken: refused, or reset when the listener closes with it queued."""
     try:
         socket.create_connection((host, port), timeout=1).close()
-    except ConnectionRefusedError:
+    except (ConnectionRefusedError, ConnectionResetError):
         return True
     return False
 
@@ -439,19 +440,18 @@ def test_sigterm_finishes_the_answers_in_flight_and_refuses_new_connections(big_
     stop comes: it gets all of it (the old handler dropped what waitress had not sent yet)."""
     with serving(big_file, "--quiet") as server:
         expected = server.get("/v2/queues", {"Authorization": "Bearer " + TOKEN_A})[2]
-        reader = socket.create_connection((server.host, server.port), timeout=30)
-        reader.sendall(
-            b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n"
-        )
-        received = reader.recv(65536)  # the answer has begun, and the reader pauses...
-        server.proc.send_signal(signal.SIGTERM)  # ...when the stop comes
-        eventually(lambda: _refused(server.host, server.port))  # no new connection is taken
-        while True:
-            chunk = reader.recv(1 << 20)
-            if not chunk:
-                break
-            received += chunk
-        reader.close()
+        with socket.create_connection((server.host, server.port), timeout=30) as reader:
+            reader.sendall(
+                b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n"
+            )
+            received = reader.recv(65536)  # the answer has begun, and the reader pauses...
+            server.proc.send_signal(signal.SIGTERM)  # ...when the stop comes
+            eventually(lambda: _refused(server.host, server.port))  # no new connection is taken
+            while True:
+                chunk = reader.recv(1 << 20)
+                if not chunk:
+                    break
+                received += chunk
         assert server.proc.wait(timeout=30) == 0
     head, _, body = received.partition(b"\r\n\r\n")
     assert (
@@ -467,13 +467,14 @@ def test_a_reader_that_never_reads_holds_the_stop_no_longer_than_the_stop_timeou
     queues = [dict(Q_TEMPLATE, name="q%06d" % i) for i in range(20000)]
     big = write_json(tmp_path / "big.json", {"accounts": [{"token": TOKEN_A, "queues": queues}]})
     with serving(big, "--quiet", "--stop-timeout", "0.5") as server:
-        hog = socket.create_connection((server.host, server.port), timeout=10)
-        hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        hog.sendall(b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n")
-        hog.recv(4096)
-        server.proc.send_signal(signal.SIGTERM)
-        assert server.proc.wait(timeout=10) == 0  # 0.5 s and a little, not for ever
-        hog.close()
+        with socket.create_connection((server.host, server.port), timeout=10) as hog:
+            hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            hog.sendall(
+                b"GET /v2/queues HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer token-a\r\n\r\n"
+            )
+            hog.recv(4096)
+            server.proc.send_signal(signal.SIGTERM)
+            assert server.proc.wait(timeout=10) == 0  # 0.5 s and a little, not for ever
 
 
 def test_every_request_answered_is_in_the_log_once_the_server_has_stopped(data_path: Path) -> None:
