@@ -931,11 +931,31 @@ MUTANTS: List[Mutant] = [
         '                "%sif not check%d(v%d):" % (indent, n, n)',
         REUSE,
     ),
+    M("loading", "store.py", "                gc.disable()", "                pass"),
+    M(
+        "loading",
+        "store.py",
+        "            if self._parses == 0 and self._resume:",
+        "            if self._resume:",
+    ),
+    M(
+        "loading",
+        "store.py",
+        "                self._resume = gc.isenabled()",
+        "                self._resume = True",
+    ),
     M(
         "builder",
         "store.py",
-        '        "    if not (value.keys() <= ALLOWED and value.keys() >= REQUIRED):",',
-        '        "    if not (value.keys() >= REQUIRED):",',
+        '    lines.append("    if len(value) != given:")',
+        '    lines.append("    if len(value) < given:")',
+        REUSE,
+    ),
+    M(
+        "builder",
+        "store.py",
+        '            lines.append("        given += 1")',
+        '            lines.append("        pass")',
         REUSE,
     ),
     M(

@@ -1,6 +1,7 @@
 """The data file: every fault class with its exact message, and what a good file becomes."""
 
 import copy
+import gc
 import hashlib
 import json
 import random
@@ -512,6 +513,40 @@ def test_an_unreadable_file_is_one_line(tmp_path: Path) -> None:
 
 def test_deep_nesting_is_a_fault_not_a_crash() -> None:
     assert one(b"[" * 100000 + b"]" * 100000) == "data.json: invalid JSON: nested too deeply"
+
+
+def test_a_parse_pauses_the_collector_and_gives_it_back_as_it_found_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Loading's pause of the cyclic collector (a tenth of its time): off while the document is
+    checked, on again after a good parse and a bad one, and left off if it was off."""
+    during: List[bool] = []
+    checked = store._Checker.document
+    monkeypatch.setattr(
+        store._Checker, "document", lambda *args: during.append(gc.isenabled()) or checked(*args)
+    )
+    assert gc.isenabled()
+    store.parse(json.dumps({"queues": [Q]}).encode(), "data.json", "t")
+    with pytest.raises(store.DataError):
+        store.parse(json.dumps({"queues": [Q, Q]}).encode(), "data.json", "t")
+    with pytest.raises(store.DataError):
+        store.parse(b"{", "data.json", "t")  # a JSON error: raised before the checker runs
+    assert during == [False, False] and gc.isenabled()
+    gc.disable()
+    try:
+        store.parse(json.dumps({"queues": [Q]}).encode(), "data.json", "t")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_the_collector_runs_again_only_once_the_last_of_overlapping_parses_ends() -> None:
+    """Parses in two threads overlap: the collector stays paused until the last one ends."""
+    with store._collector_paused:
+        with store._collector_paused:
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the other parse is still under way
+    assert gc.isenabled()
 
 
 def _mutate(rng: random.Random, document: Any) -> Any:
