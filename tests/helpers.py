@@ -173,24 +173,30 @@ class Server:
         return self.proc.wait(timeout=15), out, self.err.text()
 
 
-def environment(env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    """This process's environment without QSTASH_TOKEN, and ``env``."""
-    environ = {k: v for k, v in os.environ.items() if k != "QSTASH_TOKEN"}
+def environment(env: Optional[Dict[str, str]] = None, measured: bool = True) -> Dict[str, str]:
+    """This process's environment without QSTASH_TOKEN, and ``env``; not ``measured``: without
+    coverage's variables either, so that a process the tests start is not measured (CI's
+    coverage run measures every one it can)."""
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "QSTASH_TOKEN" and (measured or not k.startswith("COVERAGE"))
+    }
     environ.update(env or {})
     return environ
 
 
 @contextmanager
 def started(
-    command: List[str], env: Optional[Dict[str, str]] = None, **popen: Any
+    command: List[str], env: Optional[Dict[str, str]] = None, measured: bool = True, **popen: Any
 ) -> Iterator["subprocess.Popen[str]"]:
-    """Start ``command`` (in the checkout, with ``environment(env)``); it is killed on every way
-    out."""
+    """Start ``command`` (in the checkout, with ``environment(env, measured)``); it is killed on
+    every way out."""
     options: Dict[str, Any] = dict(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT)
     )
     options.update(popen)
-    proc = subprocess.Popen(command, env=environment(env), **options)
+    proc = subprocess.Popen(command, env=environment(env, measured), **options)
     try:
         yield proc
     finally:

@@ -5,7 +5,6 @@ Each case runs in a fresh interpreter, next to a module of the user's own called
 """
 
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -20,6 +19,7 @@ from helpers import (
     ROOT,
     TOKEN_A,
     accounts_document,
+    environment,
     readme_section_block,
     served,
     write_json,
@@ -219,7 +219,7 @@ def test_the_readmes_install_lines_work_from_a_clone_and_from_its_url(tmp_path: 
         )
         assert done.returncode == 0, done.stderr
         # Not measured by coverage (a copy it could not find again when it reports).
-        env = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE")}
+        env = environment(measured=False)
         found = subprocess.run(
             [sys.executable, "-c", "from qstash_lists.testing import serve; print(serve.__name__)"],
             env=dict(env, PYTHONPATH=str(target)),

@@ -522,9 +522,12 @@ def test_a_parse_pauses_the_collector_and_gives_it_back_as_it_found_it(
     checked, on again after a good parse and a bad one, and left off if it was off."""
     during: List[bool] = []
     checked = store._Checker.document
-    monkeypatch.setattr(
-        store._Checker, "document", lambda *args: during.append(gc.isenabled()) or checked(*args)
-    )
+
+    def document(*args: Any) -> Any:
+        during.append(gc.isenabled())
+        return checked(*args)
+
+    monkeypatch.setattr(store._Checker, "document", document)
     assert gc.isenabled()
     store.parse(json.dumps({"queues": [Q]}).encode(), "data.json", "t")
     with pytest.raises(store.DataError):
