@@ -628,6 +628,14 @@ class _CollectorPause:
             if self._parses == 0 and self._resume:
                 gc.enable()
 
+    def after_fork(self) -> None:
+        """In a forked child: the parses under way were the parent's threads', which are not here
+        to end them (nor to let go of the lock)."""
+        self._lock = threading.Lock()
+        if self._parses and self._resume:
+            gc.enable()
+        self._parses = 0
+
 
 _collector_paused = _CollectorPause()  # the one pause of this process's collector
 
@@ -1880,7 +1888,8 @@ _open_files: "weakref.WeakSet[DataFile]" = weakref.WeakSet()
 def after_fork() -> None:
     """In a forked child (Python's fork runs this; uWSGI's post-fork hook too), give every open
     DataFile new locks and mark it: its first call starts its reloader and looks (no thread
-    starts inside a fork hook)."""
+    starts inside a fork hook); and the collector back if a parse had paused it."""
+    _collector_paused.after_fork()
     for data in list(_open_files):
         if not data._closed:
             data._writing = threading.Lock()

@@ -931,6 +931,8 @@ MUTANTS: List[Mutant] = [
         '                "%sif not check%d(v%d):" % (indent, n, n)',
         REUSE,
     ),
+    M("loading", "store.py", "    _collector_paused.after_fork()\n", ""),
+    M("loading", "store.py", "        if self._parses and self._resume:\n", "        if False:\n"),
     M("loading", "store.py", "                gc.disable()", "                pass"),
     M(
         "loading",

@@ -4,8 +4,10 @@ import copy
 import gc
 import hashlib
 import json
+import os
 import random
 import re
+import signal
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
@@ -16,6 +18,7 @@ from helpers import (
     QUEUE_KEYS,
     TOKEN_A,
     accounts_document,
+    eventually,
     served,
     write_json,
 )
@@ -550,6 +553,32 @@ def test_the_collector_runs_again_only_once_the_last_of_overlapping_parses_ends(
             assert not gc.isenabled()
         assert not gc.isenabled()  # the other parse is still under way
     assert gc.isenabled()
+
+
+def test_a_child_forked_during_a_parse_collects_and_parses() -> None:
+    """gunicorn forks its workers while the master's reloader may be parsing: the child has
+    neither that thread nor its end of the pause, so the fork hook gives the collector back and the
+    pause a lock of its own."""
+    with store._collector_paused, store._collector_paused._lock:  # a parse, then its lock held
+        pid = os.fork()
+        if pid == 0:  # the child: its collector runs, and a parse of its own ends
+            store.parse(json.dumps({"queues": [Q]}).encode(), "data.json", "t")
+            os._exit(0 if gc.isenabled() else 1)
+    reaped: List[int] = []
+
+    def reap() -> bool:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            reaped.append(os.waitstatus_to_exitcode(status))
+        return bool(done)
+
+    try:
+        eventually(reap)  # a child stuck on the parent's lock fails here
+    finally:
+        if not reaped:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    assert reaped == [0] and gc.isenabled()
 
 
 def _mutate(rng: random.Random, document: Any) -> Any:
