@@ -613,7 +613,7 @@ class _CollectorPause:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # guards _parses and _resume
         self._parses = 0
-        self._resume = False
+        self._resume = False  # the collector ran before the parses under way (none: False)
 
     def __enter__(self) -> None:
         with self._lock:
@@ -627,14 +627,16 @@ class _CollectorPause:
             self._parses -= 1
             if self._parses == 0 and self._resume:
                 gc.enable()
+                self._resume = False
 
     def after_fork(self) -> None:
         """In a forked child: the parses under way were the parent's threads', which are not here
         to end them (nor to let go of the lock)."""
         self._lock = threading.Lock()
-        if self._parses and self._resume:
-            gc.enable()
         self._parses = 0
+        if self._resume:
+            gc.enable()
+            self._resume = False
 
 
 _collector_paused = _CollectorPause()  # the one pause of this process's collector

@@ -932,7 +932,18 @@ MUTANTS: List[Mutant] = [
         REUSE,
     ),
     M("loading", "store.py", "    _collector_paused.after_fork()\n", ""),
-    M("loading", "store.py", "        if self._parses and self._resume:\n", "        if False:\n"),
+    M(
+        "loading",
+        "store.py",
+        "        if self._resume:\n            gc.enable()",
+        "        if False:\n            gc.enable()",
+    ),
+    M(
+        "loading",
+        "store.py",
+        "                gc.enable()\n                self._resume = False\n",
+        "                gc.enable()\n",
+    ),
     M("loading", "store.py", "                gc.disable()", "                pass"),
     M(
         "loading",

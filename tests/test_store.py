@@ -9,7 +9,7 @@ import random
 import re
 import signal
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import pytest
 from helpers import (
@@ -555,15 +555,11 @@ def test_the_collector_runs_again_only_once_the_last_of_overlapping_parses_ends(
     assert gc.isenabled()
 
 
-def test_a_child_forked_during_a_parse_collects_and_parses() -> None:
-    """gunicorn forks its workers while the master's reloader may be parsing: the child has
-    neither that thread nor its end of the pause, so the fork hook gives the collector back and the
-    pause a lock of its own."""
-    with store._collector_paused, store._collector_paused._lock:  # a parse, then its lock held
-        pid = os.fork()
-        if pid == 0:  # the child: its collector runs, and a parse of its own ends
-            store.parse(json.dumps({"queues": [Q]}).encode(), "data.json", "t")
-            os._exit(0 if gc.isenabled() else 1)
+def _in_a_child(check: Callable[[], bool]) -> int:
+    """Fork; the child's exit status is 0 if ``check()`` is true (a child stuck fails the test)."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if check() else 1)
     reaped: List[int] = []
 
     def reap() -> bool:
@@ -573,12 +569,31 @@ def test_a_child_forked_during_a_parse_collects_and_parses() -> None:
         return bool(done)
 
     try:
-        eventually(reap)  # a child stuck on the parent's lock fails here
+        eventually(reap)
     finally:
         if not reaped:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-    assert reaped == [0] and gc.isenabled()
+    return reaped[0]
+
+
+def test_a_child_forked_during_a_parse_collects_and_parses() -> None:
+    """gunicorn forks its workers while the master's reloader may be parsing: the child has
+    neither that thread nor its end of the pause, so the fork hook gives the collector back and the
+    pause a lock of its own; a collector switched off by the app after a parse stays off."""
+
+    def parses() -> bool:
+        store.parse(json.dumps({"queues": [Q]}).encode(), "data.json", "t")
+        return gc.isenabled()
+
+    with store._collector_paused, store._collector_paused._lock:  # a parse, then its lock held
+        assert _in_a_child(parses) == 0
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert _in_a_child(lambda: not gc.isenabled()) == 0
+    finally:
+        gc.enable()
 
 
 def _mutate(rng: random.Random, document: Any) -> Any:
