@@ -559,7 +559,10 @@ def _in_a_child(check: Callable[[], bool]) -> int:
     """Fork; the child's exit status is 0 if ``check()`` is true (a child stuck fails the test)."""
     pid = os.fork()
     if pid == 0:
-        os._exit(0 if check() else 1)
+        try:
+            os._exit(0 if check() else 1)
+        finally:
+            os._exit(2)  # it raised: the child never goes back to the test run
     reaped: List[int] = []
 
     def reap() -> bool:
