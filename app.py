@@ -732,6 +732,12 @@ WRITTEN = Answer(
 )
 
 
+def _written(why: str) -> Answer:
+    """WRITTEN, saying ``why`` in the access log, with a header list of its own (some servers add
+    to it)."""
+    return WRITTEN._replace(headers=list(WRITTEN.headers), why=why)
+
+
 def write(
     environ: WSGIEnvironment, source: store.DataFile, account: store.Account, target: Target
 ) -> Answer:
@@ -747,7 +753,7 @@ def write(
         raise _refused(exc) from None
     if did == "no such " + noun:
         raise _no_such(noun, asked.name)
-    return WRITTEN._replace(headers=list(WRITTEN.headers), why=did)  # a list of its own
+    return _written(did)
 
 
 class Refusal(NamedTuple):
@@ -802,7 +808,7 @@ def reset(source: store.DataFile, account: store.Account) -> Answer:
         raise Unauthorized("account gone") from None
     except store.DataError as exc:
         raise _refused(exc) from None
-    return WRITTEN._replace(headers=list(WRITTEN.headers), why=did)  # a list of its own
+    return _written(did)
 
 
 def health(status: store.Status) -> Answer:
@@ -1322,10 +1328,15 @@ def _check(settings: Mapping[str, Any], prog: str) -> int:
     return 0
 
 
+def _fallback(host: str) -> Optional[str]:
+    """The token a one-account file gets without QSTASH_TOKEN: the built-in dev token, only where
+    no one else can reach the server (a loopback ``host``)."""
+    return DEV_TOKEN if is_loopback(host) else None
+
+
 def _start(settings: Mapping[str, Any], quiet: bool, prog: str) -> int:
     """Load the data file and serve it; exit 2 with the faults of one that does not load."""
-    # The dev token stands in for QSTASH_TOKEN only where no one else can reach the server.
-    fallback = DEV_TOKEN if is_loopback(settings["host"]) else None
+    fallback = _fallback(settings["host"])
     log = _log_to_stderr(quiet)
     try:
         data = _open(settings, fallback, required=True, waiting_writes=settings["threads"] // 2)
@@ -1685,8 +1696,7 @@ def _run_command(settings: Mapping[str, Any], args: argparse.Namespace, prog: st
     if not args.run:
         return _fail(["--run: give the command after it, such as: %s --run npm test" % prog])
     path = settings["data"]
-    # The dev token stands in for QSTASH_TOKEN only where no one else can reach the server.
-    fallback = DEV_TOKEN if is_loopback(settings["host"]) else None
+    fallback = _fallback(settings["host"])
     try:  # the faults name the user's file, not the copy
         loaded = store.load(path, settings["token"], fallback, settings["max_size"])
     except store.DataError as exc:
@@ -1704,7 +1714,12 @@ def _run_command(settings: Mapping[str, Any], args: argparse.Namespace, prog: st
     with tempfile.TemporaryDirectory(prefix="qstash-lists-") as folder:
         copy = os.path.join(folder, os.path.basename(path))
         shutil.copyfile(path, copy)
-        data = _open(dict(settings, data=copy, writable=True), fallback, required=True)
+        data = _open(
+            dict(settings, data=copy, writable=True),
+            fallback,
+            required=True,
+            waiting_writes=settings["threads"] // 2,
+        )
         try:
             with serving(data, settings["host"], port, settings["threads"], resets=True) as url:
                 if not args.quiet:

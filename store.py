@@ -779,11 +779,8 @@ class _Checker:
         return value  # what is there is judged too: every fault of an item is reported
 
     def item(self, value: Any, array: str, i: int, cls: Any, seen: dict[str, int]) -> Any:
-        """Build the item of kind ``cls`` at ``array[i]`` by its schema, or note its faults and
-        return None."""
-        built = _BUILDERS[cls](value, seen, i)  # the short way, when all is well
-        if built is not None:
-            return built
+        """Build the item of kind ``cls`` at ``array[i]`` by its schema, rule by rule, or note its
+        faults and return None (collections tries the short way, _BUILDERS, first)."""
         faults, item = len(self.faults), self.fields(value, array, i, cls)
         if item is None:
             return None
@@ -1553,11 +1550,12 @@ class DataFile:
         account it did not have: empty), written as update writes; say what it did."""
         return self._write(partial(self._account_restored, digest))
 
-    def replace(self, raw: bytes) -> None:
+    def replace(self, raw: bytes) -> Store:
         """Write the data file ``raw`` (checked first, as a load would: DataError) in place of the
-        latest version, as update writes."""
+        latest version, as update writes; return its store."""
         fresh = parse(raw, self.path, self._token, self._fallback)
         self._write(lambda store, now: (fresh, "replaced"))
+        return fresh
 
     def _write(self, change: Change) -> str:
         """Make ``change`` in the latest version, write it and serve it; say what it did."""

@@ -85,17 +85,16 @@ class _Session(contextlib.ExitStack):
         )
 
     def reset(self, document: Any) -> str:
-        """Put the data file back to ``document``; return the token its tests use: the server's
-        for a one-account document, else the first account's that names its token in clear."""
-        self._source.replace(json.dumps(document).encode())
-        if "accounts" not in document:
-            return self.server.token
-        for account in document["accounts"]:
-            if "token" in account:
-                return str(account["token"])
-        raise ValueError(
-            "qstash_data: QSTASH_TOKEN is set to the first account's 'token', and none has one"
-        )
+        """Put the data file back to ``document``; return the token its tests use, as --run
+        gives it: the server's for a one-account document, else the first account's that names
+        its token in clear."""
+        fresh = self._source.replace(json.dumps(document).encode())
+        token = app._token_of(fresh, self.server.token)
+        if token is None:
+            raise ValueError(
+                "qstash_data: QSTASH_TOKEN is set to the first account's 'token', and none has one"
+            )
+        return token
 
 
 @functools.lru_cache(maxsize=None)  # the run's server in this process (an xdist worker's own)

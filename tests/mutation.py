@@ -782,8 +782,8 @@ MUTANTS: List[Mutant] = [
     M(
         "settings",
         "app.py",
-        '    fallback = DEV_TOKEN if is_loopback(settings["host"]) else None\n    log =',
-        "    fallback = DEV_TOKEN\n    log =",
+        '    return DEV_TOKEN if is_loopback(host) else None',
+        "    return DEV_TOKEN",
         tuple(SERVER),
     ),
     M(
