@@ -782,7 +782,7 @@ MUTANTS: List[Mutant] = [
     M(
         "settings",
         "app.py",
-        '    return DEV_TOKEN if is_loopback(host) else None',
+        "    return DEV_TOKEN if is_loopback(host) else None",
         "    return DEV_TOKEN",
         tuple(SERVER),
     ),
