@@ -1384,8 +1384,15 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[A
     except ImportError:
         return _fail(["waitress is not installed: python -m pip install waitress"])
     host, port = settings["host"], settings["port"]
+    # The stop's own handlers before anything of waitress's is made: a signal that raised
+    # SystemExit (see _stop) inside one of its constructors left a half-made object, whose
+    # finaliser printed a traceback at exit.
+    stopper = Stopper()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda signum, frame: stopper.stop())  # it takes no lock
     # Ours, single socket or several, so that run() can see every connection.
     socket_map: Dict[int, Any] = {}
+    stopper.watch(socket_map)
     try:
         server = create_server(
             create_app(data, access or False, settings["allowed_hosts"] or (), settings["reset"]),
@@ -1396,6 +1403,7 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[A
             **WAITRESS_SETTINGS,
         )
     except (OSError, ValueError) as exc:
+        stopper.close()
         return _fail(
             [
                 "cannot listen on %s port %d: %s; stop what uses it, or choose another port "
@@ -1409,9 +1417,6 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[A
     urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in listening]
     loaded = typing.cast(store.Store, data.current())  # open_data raised otherwise
     print("\n".join(_banner(settings, loaded, urls, listening[0][1], data.writable)), flush=True)
-    stopper = Stopper(socket_map)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda signum, frame: stopper.stop())  # it takes no lock
     run(server, socket_map, settings["stop_timeout"], stopper)
     return 0
 
@@ -1464,15 +1469,22 @@ def _dev_mode(settings: Mapping[str, Any], loaded: store.Store, port: Any) -> st
 
 
 class Stopper:
-    """What stops run(): a pipe in the server's socket map, whose read end ends the serving loop
-    once a byte comes; stop() writes that byte, from any thread or a signal handler (a write to a
-    pipe takes no lock; an Event's set() takes one)."""
+    """What stops run(): a pipe whose read end, in the server's socket map (see watch), ends the
+    serving loop once a byte comes; stop() writes that byte, from any thread or a signal handler
+    (a write to a pipe takes no lock; an Event's set() takes one)."""
 
-    def __init__(self, socket_map: Dict[int, Any]) -> None:
-        from waitress import wasyncore
-
+    def __init__(self) -> None:
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)
+        self.dispatcher: Any = None
+        # The write end lives as long as this object: a signal after close() finds no reader
+        # (an error, ignored), never a descriptor the process has reused meanwhile.
+        weakref.finalize(self, os.close, self._write)
+
+    def watch(self, socket_map: Dict[int, Any]) -> None:
+        """Put the read end in ``socket_map``: a byte written before the loop starts stops it at
+        its first poll."""
+        from waitress import wasyncore
 
         class Dispatcher(wasyncore.file_dispatcher):  # type: ignore[misc]
             def handle_read(self) -> None:
@@ -1482,9 +1494,6 @@ class Stopper:
                 return False
 
         self.dispatcher = Dispatcher(self._read, socket_map)  # it reads a copy of the descriptor
-        # The write end lives as long as this object: a signal after close() finds no reader
-        # (an error, ignored), never a descriptor the process has reused meanwhile.
-        weakref.finalize(self, os.close, self._write)
 
     def stop(self) -> None:
         """Have run() stop serving."""
@@ -1492,7 +1501,8 @@ class Stopper:
             os.write(self._write, b"\0")
 
     def close(self) -> None:
-        self.dispatcher.close()
+        if self.dispatcher is not None:
+            self.dispatcher.close()
         os.close(self._read)
 
 
@@ -1547,7 +1557,8 @@ def serving(
         threads=threads,
         **WAITRESS_SETTINGS,
     )
-    stopper = Stopper(socket_map)
+    stopper = Stopper()
+    stopper.watch(socket_map)
     thread = threading.Thread(
         target=run,
         args=(server, socket_map, SERVING_STOP_TIMEOUT, stopper),

@@ -208,6 +208,28 @@ def test_signals(big_file: Path, entry: str, phase: str, signum: str) -> None:
     assert "Traceback" not in err.text() and "KeyboardInterrupt" not in err.text()
 
 
+# A SIGTERM that lands inside each of waitress's file_wrapper constructors (the stop's pipe, the
+# server's trigger): once, SystemExit left a half-made one whose finaliser printed a traceback.
+SIGNAL_IN_CONSTRUCTORS = """
+import os, signal, sys
+from waitress import wasyncore
+made = wasyncore.file_wrapper.__init__
+def init(self, fd):
+    os.kill(os.getpid(), signal.SIGTERM)
+    made(self, fd)
+wasyncore.file_wrapper.__init__ = init
+import app
+sys.exit(app.main(sys.argv[1:]))
+"""
+
+
+def test_a_stop_while_the_server_is_made_prints_nothing(data_path: Path) -> None:
+    command = [sys.executable, "-c", SIGNAL_IN_CONSTRUCTORS, "--port", "0", "--quiet"]
+    with started(command + ["--data", str(data_path)]) as proc:
+        out, err = proc.communicate(timeout=30)
+    assert (proc.returncode, err) == (0, "")
+
+
 SIZE = "expected a size in bytes from 1 to 4G, such as 64M (K, M or G may follow the number)"
 
 
