@@ -631,7 +631,7 @@ def _account(
 ) -> store.Account:
     """The account of the request's token, in the newest version; or the error that says why not."""
     token = _credential(environ)
-    loaded = source.current(token)
+    loaded = source.current()
     if loaded is None:
         raise ServiceUnavailable(UNAVAILABLE, why="no good data file yet")
     account = loaded.find(token)
@@ -747,12 +747,12 @@ def write(
     asked = change(environ, target, source.limits.name)
     try:
         did = source.update(account.token_sha256, field, asked.name, asked.make, *asked.args)
-    except LookupError:
+    except KeyError:
         raise Unauthorized("account gone") from None
+    except store.NoSuchItem:
+        raise _no_such(noun, asked.name) from None
     except store.DataError as exc:
         raise _refused(exc) from None
-    if did == "no such " + noun:
-        raise _no_such(noun, asked.name)
     return _written(did)
 
 
@@ -795,7 +795,7 @@ def _refused(exc: store.DataError) -> HTTPError:
     refusal = next(REFUSALS[cls] for cls in type(exc).__mro__ if cls in REFUSALS)
     if refusal.message is None:
         return refusal.error("precondition failed: %s; nothing was written" % exc, why=refusal.why)
-    logger.error("%s; nothing was written", exc.faults[0] if exc.faults else exc)
+    logger.error("%s", exc.faults[0] if exc.faults else exc)  # it says nothing was written
     return refusal.error(refusal.message, why=refusal.why)
 
 
@@ -804,7 +804,7 @@ def reset(source: store.DataFile, account: store.Account) -> Answer:
     content once it is on disk."""
     try:
         did = source.restore(account.token_sha256)
-    except LookupError:
+    except KeyError:
         raise Unauthorized("account gone") from None
     except store.DataError as exc:
         raise _refused(exc) from None

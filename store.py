@@ -8,8 +8,10 @@ app.py --check --data FILE``.
 """
 
 import contextlib
+import ctypes
 import dataclasses
-import gc
+import errno
+import functools
 import hashlib
 import json
 import logging
@@ -17,6 +19,7 @@ import os
 import re
 import socket
 import stat
+import sys
 import tempfile
 import threading
 import time
@@ -37,7 +40,10 @@ __all__ = [
     "FileChanging",
     "LimitReached",
     "Limits",
+    "NoSuchItem",
     "Queue",
+    "Read",
+    "Signature",
     "Status",
     "Store",
     "TokenMissing",
@@ -90,6 +96,10 @@ MAX_SAFE_INTEGER = 2**53 - 1  # the largest integer a JavaScript client reads ba
 _YEAR_2001_MS = 978307200000
 MAX_FAULTS = 50  # how many faults one report lists before it counts the rest
 READ_ATTEMPTS = 4  # reads of a file that changes while it is read, in one look, before giving up
+#: How long after a version of the file is written a later one may still carry its signature: the
+#: coarsest timestamps (FAT's; ext3, HFS+ and ext4 with small inodes keep whole seconds).  A version
+#: judged sooner than that is told apart by its content (see _Version.unchanged).
+RACY_SECONDS = 2.0
 #: How long a write waits for another's (then 503): a worker thread is held no longer.
 LOCK_TIMEOUT = 1.0
 #: Versions saved by hand while one write works that it redoes its change on, before a 409.
@@ -114,13 +124,10 @@ _KINDS = {
     stat.S_IFBLK: "a block device",
 }
 
-#: What tells versions of a file apart: inode, device, size, mtime and ctime (cp -p and tar set an
-#: mtime back, not it).
-Signature = tuple[int, int, int, int, int]
 
-#: The data file's layout as the writer writes it, which the reader reuses by (see _split): a file
-#: of several accounts is FILE_OPEN, each account's ``lines`` with ACCOUNT_SEPARATOR between them,
-#: and FILE_CLOSE; a file of one account is its ``lines`` and SINGLE_CLOSE.
+#: The data file's layout as the writer writes it (see Store.lines): a file of several accounts is
+#: FILE_OPEN, each account's ``lines`` with ACCOUNT_SEPARATOR between them, and FILE_CLOSE; a file
+#: of one account is its ``lines`` and SINGLE_CLOSE.
 FILE_OPEN = b'{"accounts": [\n'
 ACCOUNT_SEPARATOR = b",\n"
 FILE_CLOSE = b"\n]}\n"
@@ -134,6 +141,18 @@ class Limits(NamedTuple):
     items: int = 1000  # queues, and URL groups, per account (--max-items)
     endpoints: int = 1000  # endpoints per URL group (--max-endpoints)
     name: int = 200  # characters in the name of a queue or URL group a write creates (--max-name)
+
+
+class Signature(NamedTuple):
+    """What stat says of a version of the file.  It may say "changed"; "unchanged" only where it
+    cannot be wrong (see _Version.unchanged): inode numbers come back, and versions written
+    within the timestamps' granularity share their times."""
+
+    ino: int
+    dev: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int  # cp -p and tar set an mtime back, not it
 
 
 class DataError(Exception):
@@ -525,9 +544,22 @@ class Store:
         pieces.append(FILE_CLOSE)
         return pieces
 
+    def compact(self) -> bytes:
+        """The data file of this store in one line (the API's compact JSON): what the writer writes
+        where its layout would be over --max-size, as a compact file made no larger gives it."""
+        documents = []
+        for account in self.accounts:
+            document: dict[str, Any] = dict([account.credential] if account.credential else [])
+            if account.signing_keys is not None:
+                document["signingKeys"] = dict(zip(("current", "next"), account.signing_keys))
+            document["urlGroups"] = list(account.url_groups.values())
+            document["queues"] = list(account.queues.values())
+            documents.append(document)
+        return encode(documents[0] if self.single_account else {"accounts": documents}) + b"\n"
+
     @cached_property
     def size(self) -> int:
-        """The size of this store's data file, in bytes."""
+        """The size of this store's data file in the writer's layout, in bytes."""
         return sum(map(len, self.lines()))
 
     def warnings(self, source: str) -> list[str]:
@@ -587,8 +619,7 @@ def parse(
     """Validate the JSON document ``raw`` (``source`` names it).  A one-account file gets ``token``,
     else ``fallback`` (then ``fallback_used``), else TokenMissing."""
     checker = _Checker()
-    with _collector_paused:
-        accounts = checker.document(_json(raw, source), fallback if token is None else token)
+    accounts = checker.document(_json(raw, source), fallback if token is None else token)
     if checker.faults:
         lines = ["%s: %s" % (source, fault) for fault in checker.faults[:MAX_FAULTS]]
         if len(checker.faults) > MAX_FAULTS:
@@ -603,43 +634,6 @@ def parse(
             ]
         )
     return Store(accounts, checker.single_account, fallback_used)
-
-
-class _CollectorPause:
-    """Pauses the cyclic garbage collector while files are parsed: its passes over the objects a
-    parse makes, which hold no cycle, cost a tenth of the load (docs/performance.md).  The last
-    of the parses under way resumes it, if it ran before the first one."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()  # guards _parses and _resume
-        self._parses = 0
-        self._resume = False  # the collector ran before the parses under way (none: False)
-
-    def __enter__(self) -> None:
-        with self._lock:
-            if self._parses == 0:
-                self._resume = gc.isenabled()
-                gc.disable()
-            self._parses += 1
-
-    def __exit__(self, *exc_info: object) -> None:
-        with self._lock:
-            self._parses -= 1
-            if self._parses == 0 and self._resume:
-                gc.enable()
-                self._resume = False
-
-    def after_fork(self) -> None:
-        """In a forked child: the parses under way were the parent's threads', which are not here
-        to end them (nor to let go of the lock)."""
-        self._lock = threading.Lock()
-        self._parses = 0
-        if self._resume:
-            gc.enable()
-            self._resume = False
-
-
-_collector_paused = _CollectorPause()  # the one pause of this process's collector
 
 
 _TWICE: Any = object()  # the key, in an object that gave some key twice, of the keys given twice
@@ -910,7 +904,14 @@ def _show(value: Any) -> str:
 
 
 # ---- Reading: never blocks, never half a version ------------------------------------------------
-def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> tuple[bytes, Signature]:
+class Read(NamedTuple):
+    """A version of the file as read: its bytes, and what stat said of it."""
+
+    raw: bytes
+    signature: Signature
+
+
+def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> Read:
     """Return the bytes of the data file at ``path`` (never blocking: a regular file of at most
     ``max_size`` bytes) and the signature of the version read, read again while it changes; or a
     DataError of one line."""
@@ -923,15 +924,10 @@ def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> tuple[bytes, Signature]
         if found is not None:
             return found
         time.sleep(0.02)  # give the writer a moment
-    raise FileChanging(
-        [
-            "%s: changed each time it was read (%d times); looking again later"
-            % (path, READ_ATTEMPTS)
-        ]
-    )
+    raise _changing(path)
 
 
-def _read_open(fd: int, path: str, max_size: int) -> Optional[tuple[bytes, Signature]]:
+def _read_open(fd: int, path: str, max_size: int) -> Optional[Read]:
     """Read the open file ``fd`` from its start; return its bytes and signature, or None if it
     changed while it was read (a writer at work); a DataError of one line if it cannot be read."""
     try:
@@ -963,7 +959,7 @@ def _read_open(fd: int, path: str, max_size: int) -> Optional[tuple[bytes, Signa
         raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
     if _rewritten(before, after) or len(raw) != after.st_size:
         return None
-    return raw, judged
+    return Read(raw, judged)
 
 
 def _rewritten(before: os.stat_result, after: os.stat_result) -> bool:
@@ -1013,86 +1009,21 @@ def _stat(path: str) -> Optional[Signature]:
 
 
 def _signature(st: os.stat_result) -> Signature:
-    return (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return Signature(st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
-# ---- Reuse: what another process's write left as it was ------------------------------------------
-class _Split(NamedTuple):
-    """A file of several accounts seen against the store in service: the accounts it begins and
-    ends with, byte for byte, with the separators between them; and the bytes between those (the
-    rest of the array, each element to be parsed)."""
-
-    head: tuple[Account, ...]
-    middle: bytes
-    tail: tuple[Account, ...]
-    #: Whether a separator the ends keep joins them to the middle, which must then hold an element.
-    joined: bool
-
-
-def _split(raw: bytes, known: tuple[Account, ...]) -> Optional[_Split]:
-    """Account for every byte of ``raw`` as FILE_OPEN, the ``known`` accounts it keeps at its two
-    ends (each its exact ``lines``, each followed or preceded by ACCOUNT_SEPARATOR), the middle, and
-    FILE_CLOSE; or None where the layout is not the writer's.  The middle then holds the array's
-    other elements (see _reuse)."""
-    if not (raw.startswith(FILE_OPEN) and raw.endswith(FILE_CLOSE)):
-        return None
-    at, end = len(FILE_OPEN), len(raw) - len(FILE_CLOSE)
-    if at > end:
-        return None
-    head = 0
-    while head < len(known):
-        lines = known[head].lines
-        after = at + len(lines)
-        if raw.startswith(lines, at, end) and after == end:  # the last element: all accounted for
-            return _Split(known[: head + 1], b"", (), joined=False)
-        if not (raw.startswith(lines, at, end) and raw.startswith(ACCOUNT_SEPARATOR, after, end)):
-            break
-        at, head = after + len(ACCOUNT_SEPARATOR), head + 1
-    tail, stop = len(known), end
-    while tail > head:
-        lines = known[tail - 1].lines
-        before = stop - len(lines)
-        if not (raw.endswith(lines, at, stop) and raw.endswith(ACCOUNT_SEPARATOR, at, before)):
-            break
-        stop, tail = before - len(ACCOUNT_SEPARATOR), tail - 1
-    return _Split(known[:head], raw[at:stop], known[tail:], joined=bool(head or tail < len(known)))
-
-
-def _reuse(raw: bytes, known: Optional[Store]) -> Optional[Store]:
-    """The store that :func:`parse` makes of ``raw`` (a file of several accounts), made by parsing
-    only what is not byte for byte an account of ``known``; or None where that cannot be shown the
-    same (another layout, a fault anywhere: the whole parse then says what parse says)."""
-    if known is None or known.single_account:
-        return None
-    split = _split(raw, known.accounts)
-    if split is None:
-        return None
-    kept = split.head + split.tail
-    try:
-        elements = _json(b"[" + split.middle + b"]", "")
-    except DataError:
-        return None
-    if split.joined and not elements:  # a separator with no element after it, or before it
-        return None
-    checker = _Checker()
-    digests = {account.token_sha256: -1 for account in kept}
-    middle = [checker.account(value, "accounts", i, digests) for i, value in enumerate(elements)]
-    if checker.faults:  # a token twice among them all is one (see _Checker.account)
-        return None
-    return Store(split.head + tuple(cast("list[Account]", middle)) + split.tail)
-
-
-# ---- Writing: the one writer, for writes and --record alike --------------------------------------
+# ---- Writing: a new version beside the file, renamed over it -------------------------------------
 class _Held(NamedTuple):
     """The data file as its writer holds it: open, with every writer's lock on that very file."""
 
-    fd: int  # open on the file, with the flock on it (closing it lets go)
+    fd: int  # open on the file (another descriptor of it has the flock)
     target: str  # the path's target (its symlink resolved) when the lock was taken
     stat: os.stat_result  # the file then: the new version gets its mode and owner
 
     def names(self, path: str, signature: Signature) -> bool:
-        """Whether ``path`` still leads to this very file, as the version ``signature`` (neither
-        re-pointed, nor replaced, nor written into meanwhile)."""
+        """Whether ``path`` still leads to this very file, as the version ``signature``: neither
+        re-pointed nor replaced (its inode is held open, so none other takes its number), nor
+        written into as far as stat can tell (see _swap for what it cannot)."""
         return os.path.realpath(path) == self.target and _stat(path) == signature
 
 
@@ -1102,53 +1033,66 @@ def _locked(
 ) -> Iterator[_Held]:
     """Take every writer's lock (``flock``) on the file ``path`` leads to, until ``deadline`` at
     the most (then Busy); ``waiting(True)`` while another process holds it, ``waiting(False)`` once
-    it is had.  A file replaced or re-pointed while the lock was awaited: the lock on the new
-    one."""
+    it is had or given up.  A file replaced or re-pointed while the lock was awaited: the lock on
+    the new one."""
     import fcntl  # POSIX only: writes need it, reads do not
 
     pause = 0.001
-    while True:
-        target = os.path.realpath(path)
-        fd = _open(target)
-        try:
+    try:
+        while True:
+            target = os.path.realpath(path)
+            fd = _open(target)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise Busy(
-                        [
-                            "%s: another process kept the file locked for %g s; nothing was written"
-                            % (path, LOCK_TIMEOUT)
-                        ]
-                    ) from None
-                waiting(True)
-                time.sleep(pause)
-                pause = min(pause * 2, 0.05)
-                continue
-            waiting(False)
-            held = _Held(fd, target, os.fstat(fd))
-            if held.names(path, _signature(held.stat)):
-                yield held
-                return
-        finally:
-            os.close(fd)  # lets go of the lock
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise Busy(
+                            [
+                                "%s: another process kept the file locked for %g s; nothing was "
+                                "written" % (path, LOCK_TIMEOUT)
+                            ]
+                        ) from None
+                    waiting(True)
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.05)
+                    continue
+                waiting(False)
+                # Read through a description of its own, which may be held open after the lock
+                # is let go (see _Served._hold): a copy of this one would keep the lock.
+                held = _Held(_open(target), target, os.fstat(fd))
+                try:
+                    if _same_file(os.fstat(held.fd), held.stat) and held.names(
+                        path, _signature(held.stat)
+                    ):
+                        yield held
+                        return
+                finally:
+                    os.close(held.fd)
+            finally:
+                os.close(fd)  # lets go of the lock
+    finally:
+        waiting(False)
+
+
+def _same_file(one: os.stat_result, other: os.stat_result) -> bool:
+    return (one.st_ino, one.st_dev) == (other.st_ino, other.st_dev)
+
+
+class _Temporary(NamedTuple):
+    """A new version written beside its target, not yet renamed over it (see _new_version)."""
+
+    fd: int  # open on it
+    path: str  # its name beside the target
 
 
 @contextlib.contextmanager
-def _written(
-    target: str, pieces: list[bytes], old: Optional[os.stat_result], source: str, max_size: int
-) -> Iterator[Callable[[], Signature]]:
-    """Write ``pieces`` (TooLarge past ``max_size``) to a temporary file of its own beside
-    ``target`` (fsync'd, old mode, owner); yield what renames it over ``target`` (atomic) and
-    returns its signature; the temporary file goes on every way out."""
-    size = sum(map(len, pieces))
-    if size > max_size:
-        raise TooLarge(
-            [
-                "%s: would be %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE); it is "
-                "unchanged" % (source, megabytes(size), megabytes(max_size))
-            ]
-        )
+def _new_version(
+    target: str, pieces: list[bytes], old: Optional[os.stat_result], source: str
+) -> Iterator[_Temporary]:
+    """Write ``pieces`` to a temporary file of its own beside ``target`` (fsync'd, with the old
+    file's mode and owner) and yield it; the caller renames it over ``target`` (see _swap).  The
+    temporary file goes on every way out but a rename; the directory is synced after one."""
     directory, name = os.path.split(target)
     fd, temporary = -1, ""
     try:
@@ -1161,29 +1105,84 @@ def _written(
                 os.fchown(fd, old.st_uid, old.st_gid)
         _write_all(fd, pieces)
         os.fsync(fd)
-
-        def rename() -> Signature:
-            nonlocal temporary
-            os.replace(temporary, target)
-            temporary = ""  # renamed: nothing to remove
-            return _signature(os.fstat(fd))
-
-        yield rename
-        if not temporary:
+        yield _Temporary(fd, temporary)
+        if not os.path.lexists(temporary):  # renamed
+            temporary = ""
             _sync_directory(directory or ".")
     except OSError as exc:
-        raise DataError(
-            [
-                "%s: cannot write: %s (%s); it is unchanged"
-                % (source, exc.strerror or exc, exc.filename or target)
-            ]
-        ) from None
+        raise DataError([_unwritable(source, exc, target)]) from None
     finally:
         if fd >= 0:
             os.close(fd)
         if temporary:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
+
+
+def _unwritable(source: str, exc: OSError, target: str) -> str:
+    """The log line of a write that the system refused, with its fix."""
+    if exc.errno == errno.EBUSY:  # a rename over a mount point
+        return (
+            "%s: cannot write: the file is a mount point (a single-file bind mount, such as docker "
+            "-v ./data.json:/app/data.json); mount its folder instead and point --data at the file "
+            "in it; it is unchanged" % source
+        )
+    return "%s: cannot write: %s (%s); it is unchanged" % (
+        source,
+        exc.strerror or exc,
+        exc.filename or target,
+    )
+
+
+def _swap(new: _Temporary, target: str, held: _Held, signature: Signature) -> bool:
+    """Rename ``new`` over ``target`` if that is still the file ``held``, as the version
+    ``signature``; tell whether it was done.  Where Linux can exchange the two names atomically
+    (renameat2), the file it displaced is checked after the exchange, and put back if it is not
+    the one held: a save by hand in between is kept.  Elsewhere the check comes just before an
+    os.replace, and a save in the microseconds between is overwritten."""
+    if not held.names(target, signature):
+        return False
+    if not _exchange(new.path, target):
+        os.replace(new.path, target)
+        return True
+    # The rename changed the displaced file's ctime: its other times say whether it was written.
+    if _same_file(os.stat(new.path), held.stat):
+        if _signature(os.fstat(held.fd))._replace(ctime_ns=0) == signature._replace(ctime_ns=0):
+            os.unlink(new.path)
+            return True
+    _exchange(new.path, target)  # a hand's save came in between: it goes back
+    return False
+
+
+def _exchange(one: str, other: str) -> bool:
+    """Exchange the names ``one`` and ``other`` atomically (Linux's renameat2 RENAME_EXCHANGE);
+    False where the system or its filesystem cannot."""
+    renameat2 = _renameat2()
+    if renameat2 is None:
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(one), _AT_FDCWD, os.fsencode(other), 2) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EPERM):
+        return False  # not on this filesystem (or a sandbox forbids it): os.replace does
+    raise OSError(code, os.strerror(code), other)
+
+
+_AT_FDCWD = -100
+
+
+@functools.lru_cache(maxsize=None)
+def _renameat2() -> Any:
+    """libc's renameat2, or None (not Linux, or a libc before glibc 2.28)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
+    function.argtypes += [ctypes.c_uint]
+    return function
 
 
 def _write_all(fd: int, pieces: list[bytes]) -> None:
@@ -1208,19 +1207,30 @@ def _sync_directory(directory: str) -> None:
             os.close(fd)
 
 
+def _too_large(source: str, size: int, max_size: int) -> TooLarge:
+    return TooLarge(
+        [
+            "%s: would be %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE); it is "
+            "unchanged" % (source, megabytes(size), megabytes(max_size))
+        ]
+    )
+
+
 def record(
     path: str, document: dict[str, Any], token: str, max_size: int = DEFAULT_MAX_SIZE
 ) -> Store:
     """Check ``document`` as a one-account file for ``token`` and write it to ``path``; or
     DataError, file unchanged."""
     loaded = parse(encode(document), path, token)
+    if loaded.size > max_size:
+        raise _too_large(path, loaded.size, max_size)
     if not os.path.lexists(path):
-        with _written(os.path.realpath(path), loaded.lines(), None, path, max_size) as rename:
-            rename()
+        with _new_version(os.path.realpath(path), loaded.lines(), None, path) as new:
+            os.replace(new.path, os.path.realpath(path))
         return loaded
     with _locked(path, time.monotonic() + LOCK_TIMEOUT) as held:
-        with _written(held.target, loaded.lines(), held.stat, path, max_size) as rename:
-            rename()
+        with _new_version(held.target, loaded.lines(), held.stat, path) as new:
+            os.replace(new.path, held.target)
     return loaded
 
 
@@ -1242,37 +1252,38 @@ def from_api(item: dict[str, Any], kind: str, dropped: set[str]) -> dict[str, An
 
 # ---- The changes a write makes to one item -----------------------------------------------------
 # Each takes the item as it is (None: there is none) and the time (Unix milliseconds), and returns
-# the item as it
-# is to be (None: removed; the same object: nothing to write) and what it did, for the access log
-# ("no such
-# queue" when there is nothing to change).  updatedAt never before createdAt; each costs what the
-# item holds.
+# the item as it is to be (None: removed; the same object: nothing to write) and what it did, for
+# the access log; NoSuchItem where there is nothing to change.  updatedAt never before createdAt;
+# each costs what the item holds.
+class NoSuchItem(Exception):
+    """A write that changes an item the account does not have (a 404)."""
+
+
 def upsert_queue(
     queue: Optional[Queue], now: int, name: str, parallelism: Optional[int], paused: Optional[bool]
 ) -> tuple[Optional[Item], str]:
     """Create the queue ``name`` (parallelism 1 if not given), or update what is given of it;
     createdAt is kept."""
     if queue is None:
-        return Queue(
-            now, now, name, 1 if parallelism is None else parallelism, 0, bool(paused)
-        ), "queue created"
-    return dataclasses.replace(
+        created = Queue(now, now, name, 1 if parallelism is None else parallelism, 0, bool(paused))
+        return created, "queue created"
+    updated = dataclasses.replace(
         queue,
         updated_at=max(now, queue.created_at),
         parallelism=(queue.parallelism if parallelism is None else parallelism),
         paused=queue.paused if paused is None else paused,
-    ), "queue updated"
+    )
+    return updated, "queue updated"
 
 
 def pause_queue(queue: Optional[Queue], now: int, paused: bool) -> tuple[Optional[Item], str]:
     """Pause or resume a queue: a change only if it was not already so."""
     if queue is None:
-        return None, "no such queue"
+        raise NoSuchItem()
     if queue.paused == paused:
         return queue, "already " + ("paused" if paused else "running")
-    return dataclasses.replace(queue, updated_at=max(now, queue.created_at), paused=paused), (
-        "paused" if paused else "resumed"
-    )
+    changed = dataclasses.replace(queue, updated_at=max(now, queue.created_at), paused=paused)
+    return changed, "paused" if paused else "resumed"
 
 
 def delete_item(item: Optional[Item], now: int) -> tuple[Optional[Item], str]:
@@ -1303,11 +1314,9 @@ def remove_endpoints(
     """Remove each endpoint that has every field given (a url, a name, or both), deleting the group
     if left empty."""
     if group is None:
-        return None, "no such URL group"
-    names, urls = (
-        {g["name"] for g in gone if "url" not in g},
-        {g["url"] for g in gone if "name" not in g},
-    )
+        raise NoSuchItem()
+    names = {g["name"] for g in gone if "url" not in g}
+    urls = {g["url"] for g in gone if "name" not in g}
     both = {(g["name"], g["url"]) for g in gone if len(g) == 2}
     kept = tuple(
         e
@@ -1318,12 +1327,11 @@ def remove_endpoints(
         return group, "no endpoint matched"
     if not kept:
         return None, "endpoints removed, URL group deleted"
-    return dataclasses.replace(
-        group, updated_at=max(now, group.created_at), endpoints=kept
-    ), "endpoints removed"
+    changed = dataclasses.replace(group, updated_at=max(now, group.created_at), endpoints=kept)
+    return changed, "endpoints removed"
 
 
-# ---- Watching and writing: the version in service ------------------------------------------------
+# ---- The version in service: what the file held when it was last judged -------------------------
 class Status(NamedTuple):
     """What a DataFile serves, for a health check: nothing from the file but its digest."""
 
@@ -1337,10 +1345,11 @@ class Status(NamedTuple):
 
 @dataclass(frozen=True)
 class _Version:
-    """The version in service and the last one judged: replaced whole, by DataFile._put and
-    DataFile._refuse only."""
+    """The file as last judged, and the version in service: replaced whole, under the lock of the
+    _Served that owns it."""
 
-    judged: Optional[Signature] = None  # the file last judged (served, or refused); None: unread
+    signature: Optional[Signature] = None  # the file last judged (served, or refused); None: unread
+    judged_at: float = 0.0  # when (a Unix time, as the file's own times)
     store: Optional[Store] = None  # the last good store; None until there is one
     pieces: tuple[bytes, ...] = ()  # the bytes that store was built from (or written as)
     loaded_at: Optional[float] = None  # when it was put in service
@@ -1356,40 +1365,188 @@ class _Version:
             digest.update(piece)
         return digest.hexdigest()
 
+    def unchanged(self, on_disk: Optional[Signature]) -> bool:
+        """Whether stat alone shows the file to be the version judged: the same signature, judged
+        RACY_SECONDS or more after the file was last changed (git's racy-clean rule: a later
+        version written within the timestamps' granularity may carry the same signature)."""
+        if on_disk is None or on_disk != self.signature:
+            return False
+        return self.judged_at - max(on_disk.mtime_ns, on_disk.ctime_ns) / 1e9 >= RACY_SECONDS
 
-#: A change of the store at a time (Unix milliseconds): the store with it made, and what it did.
-Change = Callable[["Store", int], "tuple[Store, str]"]
-
-
-class _Seen(NamedTuple):
-    """A version on disk not yet loaded, seen against the store in service (see DataFile._kept):
-    the digests of the accounts it keeps byte for byte."""
-
-    signature: Optional[Signature] = None
-    store: Optional["Store"] = None
-    digests: frozenset[bytes] = frozenset()
-
-
-def _kept_digests(path: str, store: Optional["Store"], max_size: int) -> frozenset[bytes]:
-    """The digests of the accounts of ``store`` that the file at ``path`` keeps byte for byte, at
-    its two ends (see _split); none if it cannot be read or is another layout."""
-    if store is None or store.single_account:
-        return frozenset()
-    try:
-        raw, _ = read(path, max_size)
-    except DataError:
-        return frozenset()
-    split = _split(raw, store.accounts)
-    if split is None:
-        return frozenset()
-    return frozenset(account.token_sha256 for account in split.head + split.tail)
+    def holds(self, raw: bytes) -> bool:
+        """Whether ``raw`` is, byte for byte, the version in service."""
+        if self.store is None or len(raw) != sum(map(len, self.pieces)):
+            return False
+        view, at = memoryview(raw), 0
+        for piece in self.pieces:
+            if view[at : at + len(piece)] != piece:
+                return False
+            at += len(piece)
+        return True
 
 
+class _Served:
+    """The version in service of one data file: judged, refused and put in service by its owner
+    alone.
+
+    Its lock (``_lock``) guards ``_version``, ``_file`` and ``_fault``: one look or swap at a time.
+    A read takes it only to load a version it needs; the writer takes it to judge the file it
+    holds the flock on, and to swap in what it wrote (never while it waits for the flock).
+    ``_file`` is the version judged, held open: its inode cannot come back for a later version
+    while it is held, so a version renamed over it always has another signature; one written
+    into in place within the timestamps' granularity is found by its content (see
+    _Version.unchanged)."""
+
+    def __init__(
+        self, path: str, token: Optional[str], fallback: Optional[str], max_size: int
+    ) -> None:
+        self.path, self.max_size = path, max_size
+        self._token, self._fallback = token, fallback
+        self._lock = threading.Lock()  # guards _version, _file and _fault (see the docstring)
+        self._version = _Version()
+        self._file = -1
+        self._fault: Optional[str] = None  # the first line of the fault last logged, until it ends
+        self.first: Optional[Store] = None  # the first good store (see DataFile.restore)
+
+    @property
+    def version(self) -> _Version:
+        return self._version
+
+    def look(self, force: bool = False) -> bool:
+        """Load the file unless stat shows it to be the version judged, and parse it unless it
+        holds the bytes in service (``force``: parse it whatever it holds); tell whether it was
+        parsed and put in service.  A fault is logged when it starts."""
+        with self._lock:
+            if not force and self._version.unchanged(_stat(self.path)):
+                return False
+            before = self._version.store
+            fault = self.load(force)
+            if fault is not None:
+                self.report(fault)
+                return False
+            loaded = self._version.store is not before
+        if loaded:
+            logger.info("%s: reloaded", self.path)
+        return loaded
+
+    def load(self, force: bool = False) -> Optional[DataError]:
+        """Read and judge the file (see judge), read again while it changes; return its fault,
+        noted (see refuse), if any.  Precondition: _lock is held, or this is the constructor."""
+        try:
+            for _ in range(READ_ATTEMPTS):
+                fd = _open(self.path)
+                try:
+                    found = _read_open(fd, self.path, self.max_size)
+                    if found is not None:
+                        self.judge(fd, found.raw, found.signature, force)
+                        return None
+                finally:
+                    os.close(fd)
+                time.sleep(0.02)  # give the writer a moment
+            raise _changing(self.path)
+        except DataError as exc:
+            fault = exc
+        except Exception:  # a bug: the last good version stays, as for a bad file
+            logger.exception("%s: cannot build a snapshot", self.path)
+            fault = DataError([])
+        self.refuse(fault.signature, fault)
+        return fault
+
+    def judge(self, fd: int, raw: bytes, signature: Signature, force: bool = False) -> Store:
+        """The store of ``raw``, read from ``fd`` as the version ``signature``: the one in service
+        if it holds the same bytes (unless ``force``), else a new one put in service; a DataError
+        (with the signature) where it does not load.  Precondition: _lock is held."""
+        version = self._version
+        if not force and version.failed_at is None and version.holds(raw):
+            self._hold(fd)
+            self._version = dataclasses.replace(version, signature=signature, judged_at=time.time())
+            return cast(Store, version.store)
+        try:
+            store = parse(raw, self.path, self._token, self._fallback)
+        except DataError as exc:
+            raise type(exc)(exc.faults, signature) from None
+        self.put(fd, signature, store, (raw,))
+        return store
+
+    def put(self, fd: int, signature: Signature, store: Store, pieces: tuple[bytes, ...]) -> None:
+        """Put ``store`` in service, as the version ``signature`` made of ``pieces``, open as
+        ``fd``.  Precondition: _lock is held, or this is the constructor."""
+        self._hold(fd)
+        now = time.time()
+        self._version = _Version(signature, now, store, pieces, loaded_at=now)
+        if self.first is None:
+            self.first = store
+        if self._fault is not None:
+            logger.warning("%s: good again", self.path)  # a fault's end: shown with --quiet too
+            self._fault = None
+
+    def refuse(self, signature: Optional[Signature], fault: DataError) -> None:
+        """Note that the version ``signature`` was judged and refused (None: it is read again at
+        the next look): the last good version stays.  Precondition: _lock is held, or this is
+        the constructor."""
+        self._hold(-1)
+        now = time.time()
+        since = self._version.failed_at or now
+        self._version = dataclasses.replace(
+            self._version, signature=signature, judged_at=now, failed_at=since
+        )
+
+    def report(self, fault: DataError) -> None:
+        """Log a fault when it starts (not at every look while it lasts).  Precondition: _lock is
+        held, or this is the constructor."""
+        first = fault.faults[0] if fault.faults else type(fault).__name__
+        if first == self._fault:
+            return
+        self._fault = first
+        passing = isinstance(fault, FileChanging)  # a writer busy with it: a warning
+        for line in fault.faults:
+            logger.log(logging.WARNING if passing else logging.ERROR, "%s", line)
+        if passing:
+            return
+        if self._version.store is None:
+            logger.error("%s: serving 503 until it is valid", self.path)
+        else:
+            logger.error("%s: keeping the last good version", self.path)
+
+    def _hold(self, fd: int) -> None:
+        """Hold a copy of ``fd`` (-1: none) open as the version judged, letting the last go."""
+        if self._file >= 0:
+            os.close(self._file)
+        self._file = os.dup(fd) if fd >= 0 else -1
+
+    def status(self) -> Status:
+        """Which version is in service, since when, and since when the file on disk is not it."""
+        version = self._version
+        status = Status(version.digest, version.loaded_at, version.failed_at)
+        if version.failed_at is None and version.store is not None:
+            if _stat(self.path) != version.signature:  # changed since, and not yet looked at
+                return status._replace(failed_at=time.time())
+        return status
+
+    def after_fork(self) -> None:
+        """In a forked child: the parent's threads, which may hold the lock, are not here."""
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._hold(-1)
+
+
+def _changing(path: str) -> FileChanging:
+    return FileChanging(
+        [
+            "%s: changed each time it was read (%d times); looking again later"
+            % (path, READ_ATTEMPTS)
+        ]
+    )
+
+
+# ---- The writer: one batch at a time, under every process's lock --------------------------------
 @dataclass(eq=False)
 class _Write:
-    """One change waiting for this process's writer (see DataFile._write), then its outcome."""
+    """One change waiting for this process's writer, then its outcome."""
 
-    change: Change
+    change: "Change"
     did: Optional[str] = None  # what it did, once written
     error: Optional[Exception] = None  # or why it was not
 
@@ -1398,27 +1555,98 @@ class _Write:
         return self.did is not None or self.error is not None
 
 
+#: A change of the store at a time (Unix milliseconds): the store with it made, and what it did.
+Change = Callable[[Store, int], "tuple[Store, str]"]
+
+
+class _GroupCommit:
+    """The writes of one process, written in batches: the writes that come while one batch is
+    written wait for it, then go in the next, in one version of the file (one fsync for a burst).
+
+    Who waits, who writes, who answers: a write joins ``_queue`` (under ``_queue_lock``), then
+    takes ``_writing``.  The thread that has it takes the whole queue as its batch and has
+    ``write_batch`` make it: every write of the batch gets its outcome there.  A write that a
+    batch took waits for ``_writing`` only to read its outcome; one still queued when its time
+    is up withdraws (Busy).  While another process holds the flock (``_contended``), at most
+    ``waiting`` writes wait here (at least one: the next that will find out it is free); the
+    rest are Busy at once, so that waiting writes leave threads for reads."""
+
+    def __init__(self, path: str, waiting: int) -> None:
+        self.path = path
+        self._waiting = max(1, waiting)
+        self._writing = threading.Lock()  # the batch at work, from the flock to the rename
+        self._queue_lock = threading.Lock()  # guards _queue and _contended; never held long
+        self._queue: list[_Write] = []
+        self._contended = False  # the batch at work waits for another process's flock
+
+    def write(self, change: Change, write_batch: Callable[[list[_Write], float], None]) -> str:
+        """Make ``change`` in the next batch, which ``write_batch`` writes; say what it did, or
+        raise why it was not made."""
+        write = _Write(change)
+        deadline = time.monotonic() + LOCK_TIMEOUT
+        with self._queue_lock:
+            # The batch at work holds a thread too: it is not in the queue.
+            if self._contended and len(self._queue) + 1 >= self._waiting:
+                raise Busy(
+                    [
+                        "%s: another process holds the lock, and %d writes here wait for it "
+                        "already; nothing was written" % (self.path, len(self._queue) + 1)
+                    ]
+                )
+            self._queue.append(write)
+        if not self._writing.acquire(timeout=LOCK_TIMEOUT):
+            with self._queue_lock:
+                if write in self._queue:  # not taken by the batch at work: withdrawn
+                    self._queue.remove(write)
+                    raise Busy(
+                        [
+                            "%s: the writes before this one took over %g s; nothing was written"
+                            % (self.path, LOCK_TIMEOUT)
+                        ]
+                    )
+            self._writing.acquire()  # taken: its outcome comes with that batch
+        try:
+            if not write.answered:
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                write_batch(batch, deadline)
+        finally:
+            self._writing.release()
+        # Hand the interpreter over: the writes answered with this one (each waiting for
+        # _writing) take their answers now, not after this thread's request is done.
+        time.sleep(0)
+        if write.error is not None:
+            raise write.error
+        return cast(str, write.did)
+
+    def contended(self, waiting: bool) -> None:
+        """Note whether the batch at work waits for another process's flock (see _locked)."""
+        with self._queue_lock:
+            self._contended = waiting
+
+    def after_fork(self) -> None:
+        self._writing = threading.Lock()
+        self._queue_lock = threading.Lock()
+        self._queue = []
+        self._contended = False
+
+
+# ---- DataFile: the version in service, its reloader and its writer -------------------------------
 class DataFile:
     """The last good :class:`Store` of a data file that may change while it is served, and its one
     writer.
 
-    A reloader thread looks at the file's signature every ``interval`` seconds (or when woken),
-    builds a changed version aside and puts it in service whole; a fault is logged when it starts
-    and ends, and the last good version stays.  A forked child's first call starts its own (see
-    after_fork).  ``token``, ``fallback``: see :func:`parse`.  The first load raises DataError if
-    ``required``; else :meth:`current` is None until a good version appears.  ``writable``:
-    :meth:`update` writes the file, and :meth:`current` first loads another process's write.
-    ``waiting_writes``: see WAITING_WRITES.
+    A reloader thread looks at the file every ``interval`` seconds (or when woken) and puts a
+    changed version in service whole (see _Served); a fault is logged when it starts and ends,
+    and the last good version stays.  ``token``, ``fallback``: see :func:`parse`.  The first
+    load raises DataError if ``required``; else :meth:`current` is None until a good version
+    appears.  ``writable``: :meth:`update` writes the file (see _GroupCommit, _write_held), and
+    :meth:`current` first loads another process's write.  ``waiting_writes``: see
+    WAITING_WRITES.
 
-    The locks, always taken in this order (none is held while waiting for a later one but by the
-    writer, who waits for the flock holding ``_writing``):
-
-    1. ``_writing``: one batch of writes at a time in this process, from the flock to the rename.
-    2. the ``flock`` on the data file itself (see _locked): one writer on the machine.
-    3. ``_lock``: the version in service (``_version``, ``_fault``): one load at a time, and the
-       swap; a read takes it only to load a version it needs.
-    4. ``_queue_lock``: the writes waiting for the writer (``_queue``, ``_contended``).
-    """
+    The locks, in the order they are taken: the writer's ``_writing`` (see _GroupCommit), the
+    ``flock`` on the data file (see _locked), then _Served's ``_lock``; _GroupCommit's
+    ``_queue_lock`` is taken alone."""
 
     def __init__(
         self,
@@ -1440,93 +1668,56 @@ class DataFile:
         self.max_size = max_size
         self.writable = writable
         self.limits = limits
-        self.waiting_writes = waiting_writes
-        self._token = token
-        self._fallback = fallback
-        self._version = _Version()  # guarded by _lock: the one owner, _put and _refuse
-        self._first: Optional[Store] = None  # the first good store (see restore): set by _put
-        self._seen = _Seen()  # guarded by _lock: a version not loaded yet (see _kept)
-        self._fault: Optional[str] = None  # the first line of the fault last logged, until it ends
+        self._served = _Served(path, token, fallback, max_size)
+        self._writer = _GroupCommit(path, waiting_writes)
         self._closed = False
         self._forked = False  # set in a forked child (after_fork) until its first call
-        self._writing = threading.Lock()
-        self._lock = threading.Lock()
-        self._queue_lock = threading.Lock()
-        self._queue: list[_Write] = []  # guarded by _queue_lock
-        self._contended = False  # guarded by _queue_lock: the writer awaits another process's lock
-        fault = self._load()
+        self._wake_receive: Optional[socket.socket] = None
+        self._wake_send: Optional[socket.socket] = None
+        fault = self._served.load()
         if fault is not None:
             if required:
+                self._served.close()
                 raise fault
-            self._report(fault)
+            self._served.report(fault)
         self._start()
         _open_files.add(self)
 
     # -- Reads -------------------------------------------------------------------------------------
-    def current(self, token: Optional[bytes] = None) -> Optional[Store]:
+    def current(self) -> Optional[Store]:
         """Return the newest good store (None only if there has never been one).  A writable one
-        first loads a version another process wrote, so that a read follows every write answered;
-        but for the account of ``token``, if that version keeps it byte for byte (see _kept), the
-        one in service answers as the new one would (the reloader loads the rest)."""
+        first loads a version another process wrote (renamed over the file: always another
+        signature, see _Served), so that a read follows every write answered."""
         if self._forked:
             self._adopt()
-        if self.writable:
-            on_disk = _stat(self.path)
-            if on_disk != self._version.judged and not self._kept(token, on_disk):
-                self.refresh()
-        return self._version.store
-
-    def _kept(self, token: Optional[bytes], on_disk: Optional[Signature]) -> bool:
-        """Whether the version ``on_disk`` keeps the account of ``token`` as the store in service
-        has it, found by the reuse's split (exact: a version that loads gives that very account,
-        and one that does not keeps the store in service); the file is read once a version."""
-        if token is None or on_disk is None:
-            return False
-        with self._lock:
-            seen, store = self._seen, self._version.store
-            if seen.signature != on_disk or seen.store is not store:
-                seen = self._seen = _Seen(
-                    on_disk, store, _kept_digests(self.path, store, self.max_size)
-                )
-        return hashlib.sha256(token).digest() in seen.digests
+        if self.writable and _stat(self.path) != self._served.version.signature:
+            self._served.look()
+        return self._served.version.store
 
     def status(self) -> Status:
         """Return which version is in service, since when, and when the file on disk stopped being
         it."""
         if self._forked:
             self._adopt()
-        version = self._version
-        status = Status(version.digest, version.loaded_at, version.failed_at)
-        if version.failed_at is None and version.store is not None:
-            if _stat(self.path) != version.judged:  # changed since, and not yet looked at
-                return status._replace(failed_at=time.time())
-        return status
+        return self._served.status()
 
     def refresh(self, force: bool = False) -> bool:
-        """Look now, from this thread: load the file if it changed (always with ``force``); tell if
-        it was."""
-        with self._lock:
-            if not force and _stat(self.path) == self._version.judged:
-                return False
-            fault = self._load()
-            if fault is not None:
-                self._report(fault)
-                return False
-        logger.info("%s: reloaded", self.path)
-        return True
+        """Look now, from this thread (see _Served.look): tell whether a version was loaded."""
+        return self._served.look(force)
 
     def wake(self) -> None:
         """Have the reloader look at the file now and reload it even if it looks unchanged.  It
         takes no lock: a signal handler may call it (see wake_all)."""
-        with contextlib.suppress(OSError):  # full: a look is due already; closed: none is
-            self._wake_send.send(b"\0", getattr(socket, "MSG_NOSIGNAL", 0))
+        with contextlib.suppress(OSError, AttributeError):  # full: a look is due; closed: none is
+            cast(socket.socket, self._wake_send).send(b"\0", getattr(socket, "MSG_NOSIGNAL", 0))
 
     def close(self) -> None:
-        """Stop the reloader thread."""
+        """Stop the reloader thread, and let go of the file."""
         self._closed = True
         self.wake()
         if self._thread is not threading.current_thread():
             self._thread.join()
+        self._served.close()
 
     # -- Writes ------------------------------------------------------------------------------------
     def update(
@@ -1539,70 +1730,32 @@ class DataFile:
     ) -> str:
         """Make ``change(item, now, *args)`` to the item ``name`` of ``kind`` ("queues",
         "url_groups") of the account ``digest`` in the latest version, write the file, serve it
-        and say what it did; or LookupError (no such account), LimitReached, TooLarge, Conflict (a
-        file that does not load: kept), Busy (the lock not had in time), DataError (unwritable).
-        The writes that come while one is written wait for it, then go in one version: one fsync
-        for a burst."""
-        return self._write(partial(self._item_changed, digest, kind, name, change, args))
+        and say what it did; or KeyError (no such account), NoSuchItem, LimitReached, TooLarge,
+        Conflict (a file that does not load: kept), Busy (the lock not had in time), DataError
+        (unwritable)."""
+        change_item = partial(self._item_changed, digest, kind, name, change, args)
+        return self._writer.write(change_item, self._write_batch)
 
     def restore(self, digest: bytes) -> str:
         """Put the account ``digest`` back as the first version this DataFile loaded had it (an
         account it did not have: empty), written as update writes; say what it did."""
-        return self._write(partial(self._account_restored, digest))
+        return self._writer.write(partial(self._account_restored, digest), self._write_batch)
 
     def replace(self, raw: bytes) -> Store:
         """Write the data file ``raw`` (checked first, as a load would: DataError) in place of the
         latest version, as update writes; return its store."""
-        fresh = parse(raw, self.path, self._token, self._fallback)
-        self._write(lambda store, now: (fresh, "replaced"))
+        fresh = parse(raw, self.path, self._served._token, self._served._fallback)
+        if fresh.size > self.max_size:
+            raise _too_large(self.path, fresh.size, self.max_size)
+        self._writer.write(lambda store, now: (fresh, "replaced"), self._write_batch)
         return fresh
-
-    def _write(self, change: Change) -> str:
-        """Make ``change`` in the latest version, write it and serve it; say what it did."""
-        write = _Write(change)
-        deadline = time.monotonic() + LOCK_TIMEOUT
-        with self._queue_lock:
-            # The write at work holds a thread too: it is not in the queue.
-            if self._contended and len(self._queue) + 1 >= self.waiting_writes:
-                raise Busy(
-                    [
-                        "%s: another process holds the lock, and %d writes here wait for it "
-                        "already; nothing was written" % (self.path, len(self._queue) + 1)
-                    ]
-                )
-            self._queue.append(write)
-        if not self._writing.acquire(timeout=LOCK_TIMEOUT):
-            with self._queue_lock:
-                if write in self._queue:  # not taken by the write at work: withdrawn
-                    self._queue.remove(write)
-                    raise Busy(
-                        [
-                            "%s: the writes before this one took over %g s; nothing was written"
-                            % (self.path, LOCK_TIMEOUT)
-                        ]
-                    )
-            self._writing.acquire()  # taken: its outcome comes with that write's
-        try:
-            if not write.answered:
-                with self._queue_lock:
-                    batch, self._queue = self._queue, []
-                self._write_batch(batch, deadline)
-        finally:
-            self._writing.release()
-        # Hand the interpreter over: the writes answered with this one (each waiting for
-        # _writing) take their answers now, not after this thread's request is done (8 clients
-        # at 100 queues over HTTP: 1,660 -> 2,650 writes/s).
-        time.sleep(0)
-        if write.error is not None:
-            raise write.error
-        return cast(str, write.did)
 
     def _write_batch(self, batch: list[_Write], deadline: float) -> None:
         """Make every change of ``batch`` in one version of the file, written once; each gets its
-        outcome.  Precondition: _writing is held."""
+        outcome.  Precondition: the writer's _writing is held."""
         try:
             for _ in range(WRITE_ATTEMPTS):
-                with _locked(self.path, deadline, self._waiting) as held:
+                with _locked(self.path, deadline, self._writer.contended) as held:
                     if self._write_held(held, batch):
                         return
             raise Conflict(
@@ -1616,52 +1769,37 @@ class DataFile:
                 write.did, write.error = None, exc
 
     def _write_held(self, held: _Held, batch: list[_Write]) -> bool:
-        """Make ``batch`` on the file ``held`` (read only if it is not the version in service),
-        and rename the new version over it if the path still leads to it; tell whether that was
-        done (else: again, on the new file)."""
-        signature, store = _signature(os.fstat(held.fd)), None
-        with self._lock:
-            if self._version.judged == signature and self._version.failed_at is None:
-                store = self._version.store
-        if store is None:
-            found = _read_open(held.fd, self.path, self.max_size)
-            if found is None:  # written into meanwhile, by hand
-                return False
-            raw, signature = found
-            store = self._take(raw, signature)
+        """Make ``batch`` on the bytes of the file ``held`` (the store in service if it holds
+        them, else their own, put in service; Conflict if they do not load: never overwritten),
+        and swap the new version in if the path still leads to that file unchanged; tell whether
+        that was done (else: again, on the new file)."""
+        found = _read_open(held.fd, self.path, self.max_size)
+        if found is None:  # written into meanwhile, by hand
+            return False
+        served = self._served
+        with served._lock:
+            try:
+                store = served.judge(held.fd, found.raw, found.signature)
+            except DataError as exc:
+                served.refuse(exc.signature, exc)
+                served.report(exc)
+                raise Conflict(
+                    ["%s: does not load (the fault is logged); nothing was written" % self.path]
+                ) from None
         fresh = self._apply(store, batch)
         if fresh is store:
             return True
         pieces = fresh.lines()
-        # A read waits for the rename only.
-        with _written(held.target, pieces, held.stat, self.path, self.max_size) as rename:
-            with self._lock:
-                if not held.names(self.path, signature):  # re-pointed, replaced or written into
+        if sum(map(len, pieces)) > self.max_size:  # a compact file near the limit, made no larger
+            pieces = [fresh.compact()]
+            if len(pieces[0]) > self.max_size:
+                raise _too_large(self.path, len(pieces[0]), self.max_size)
+        with _new_version(held.target, pieces, held.stat, self.path) as new:
+            with served._lock:  # a read waits for the swap only
+                if not _swap(new, held.target, held, found.signature):
                     return False
-                self._put(rename(), fresh, tuple(pieces))
+                served.put(new.fd, _signature(os.fstat(new.fd)), fresh, tuple(pieces))
         return True
-
-    def _waiting(self, contended: bool) -> None:
-        with self._queue_lock:
-            self._contended = contended
-
-    def _take(self, raw: bytes, signature: Signature) -> Store:
-        """The store of the version ``raw`` read under the lock, put in service; or Conflict where
-        it does not load (never overwritten).  Precondition: the flock is held."""
-        with self._lock:
-            version = self._version
-            if version.judged == signature and version.failed_at is None:
-                return cast(Store, version.store)
-            try:
-                store = self._build(raw)
-            except DataError as exc:
-                self._refuse(signature, exc)
-                self._report(exc)
-                raise Conflict(
-                    ["%s: does not load (the fault is logged); nothing was written" % self.path]
-                ) from None
-            self._put(signature, store, (raw,))
-            return store
 
     def _apply(self, store: Store, batch: list[_Write]) -> Store:
         """``store`` with each change of ``batch`` made that can be; each notes its outcome."""
@@ -1670,7 +1808,7 @@ class DataFile:
             write.did, write.error = None, None
             try:
                 store, write.did = write.change(store, now)
-            except (LookupError, LimitReached, TooLarge) as exc:  # this change's own
+            except (KeyError, NoSuchItem, LimitReached, TooLarge) as exc:  # this change's own
                 write.did, write.error = None, exc
         return store
 
@@ -1684,9 +1822,9 @@ class DataFile:
         store: Store,
         now: int,
     ) -> tuple[Store, str]:
-        """The change of update(): ``store`` with ``change`` made to the item; LookupError (a
-        KeyError) if the account is not there, LimitReached or TooLarge past a limit (an account
-        or a file that holds more may keep it, or shrink: the limits are for what writes make)."""
+        """The change of update(): ``store`` with ``change`` made to the item; KeyError if the
+        account is not there, LimitReached or TooLarge past a limit (an account or a file that
+        holds more may keep it, or shrink: the limits are for what writes make)."""
         account = store.by_digest[digest]
         items = getattr(account, kind)
         item = items.get(name)
@@ -1704,12 +1842,13 @@ class DataFile:
     def _account_restored(self, digest: bytes, store: Store, now: int) -> tuple[Store, str]:
         """The change of restore()."""
         account = store.by_digest[digest]
-        first = self._first.by_digest.get(digest) if self._first is not None else None
-        if first is None:
-            first = dataclasses.replace(account, url_groups={}, queues={})
-        if first is account:
+        first = self._served.first
+        kept = first.by_digest.get(digest) if first is not None else None
+        if kept is None:
+            kept = dataclasses.replace(account, url_groups={}, queues={})
+        if kept is account:
             return store, "already as it was"
-        return self._with_account(store, account, first), "put back as it was"
+        return self._with_account(store, account, kept), "put back as it was"
 
     def _with_account(self, store: Store, account: Account, changed: Account) -> Store:
         """``store`` with ``changed`` in place of ``account``; TooLarge past a size limit."""
@@ -1743,8 +1882,9 @@ class DataFile:
             )
 
     def _check_sizes(self, store: Store, account: Account, fresh: Store, changed: Account) -> None:
-        """TooLarge if ``changed`` in place of ``account`` takes the account over its share of
-        --max-size (none takes the others' room), or ``fresh`` over --max-size itself."""
+        """TooLarge if ``changed`` in place of ``account`` makes the account larger and over its
+        share of --max-size (none takes the others' room), or ``fresh`` larger than ``store`` and
+        over --max-size itself: a change that makes either no larger is never refused for size."""
         share = self.max_size // len(store.accounts)
         if len(changed.lines) > max(share, len(account.lines)):
             raise TooLarge(
@@ -1759,89 +1899,35 @@ class DataFile:
                 ]
             )
         if fresh.size > max(self.max_size, store.size):
-            raise TooLarge(
-                [
-                    "%s: would be %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE)"
-                    % (self.path, megabytes(fresh.size), megabytes(self.max_size))
-                ]
-            )
-
-    # -- The version in service --------------------------------------------------------------------
-    def _build(self, raw: bytes) -> Store:
-        """The store of ``raw``: what :func:`parse` makes of it, reusing the accounts of the one in
-        service that it keeps byte for byte (see _reuse)."""
-        reused = _reuse(raw, self._version.store)
-        if reused is not None:
-            return reused
-        return parse(raw, self.path, self._token, self._fallback)
-
-    def _load(self) -> Optional[DataError]:
-        """Read and build the file; return its fault, if any.  Precondition: _lock is held, or
-        this is the constructor."""
-        signature = None
-        try:
-            raw, signature = read(self.path, self.max_size)
-            self._put(signature, self._build(raw), (raw,))
-            return None
-        except DataError as exc:
-            fault = exc
-        except Exception:
-            logger.exception("%s: cannot build a snapshot", self.path)
-            fault = DataError([])
-        # A version read() refused comes with its signature; one not opened, or changing, with
-        # None: read again at the next look.
-        self._refuse(signature or fault.signature, fault)
-        return fault
-
-    def _put(self, signature: Optional[Signature], store: Store, pieces: tuple[bytes, ...]) -> None:
-        """Put ``store`` in service, as the version ``signature`` made of ``pieces``.
-        Precondition: _lock is held, or this is the constructor."""
-        self._version = _Version(signature, store, tuple(pieces), time.time())
-        if self._first is None:
-            self._first = store
-        if self._fault is not None:
-            logger.warning("%s: good again", self.path)  # a fault's end: shown with --quiet too
-            self._fault = None
-
-    def _refuse(self, signature: Optional[Signature], fault: DataError) -> None:
-        """Note that the version ``signature`` was judged and refused: the last good one stays.
-        Precondition: _lock is held, or this is the constructor."""
-        self._version = dataclasses.replace(self._version, judged=signature, failed_at=time.time())
-
-    def _report(self, fault: DataError) -> None:
-        """Log a fault when it starts (not at every look while it lasts)."""
-        first = fault.faults[0] if fault.faults else type(fault).__name__
-        if first == self._fault:
-            return
-        self._fault = first
-        passing = isinstance(fault, FileChanging)  # a writer busy with it: a warning
-        for line in fault.faults:
-            logger.log(logging.WARNING if passing else logging.ERROR, "%s", line)
-        if passing:
-            return
-        if self._version.store is None:
-            logger.error("%s: serving 503 until it is valid", self.path)
-        else:
-            logger.error("%s: keeping the last good version", self.path)
+            raise _too_large(self.path, fresh.size, self.max_size)
 
     # -- The reloader thread and forks -------------------------------------------------------------
     def _start(self) -> None:
         """Start this process's reloader, holding only a weak reference: a DataFile nobody uses
-        stops it.  It waits on a socket pair, which wake() writes to without a lock."""
-        receive, self._wake_send = socket.socketpair()
-        self._wake_send.setblocking(False)
-        receive.settimeout(self.interval)
+        stops it.  It waits on a socket pair of its own, which wake() writes to without a lock."""
+        if self._wake_receive is None:
+            self._pair()
         self._thread = threading.Thread(
             target=_reloader,
-            args=(weakref.ref(self), receive, self._wake_send),
+            args=(weakref.ref(self), self._wake_receive, self._wake_send),
             daemon=True,
             name="qstash-lists reloader: %s" % self.path,
         )
         self._thread.start()
 
+    def _pair(self) -> None:
+        """A new socket pair for the reloader to wait on; this process's copies of the last one
+        closed (a forked child's: the parent's pair stays the parent's)."""
+        for end in (self._wake_receive, self._wake_send):
+            if end is not None:
+                end.close()
+        self._wake_receive, self._wake_send = socket.socketpair()
+        self._wake_send.setblocking(False)
+        self._wake_receive.settimeout(self.interval)
+
     def _adopt(self) -> None:
-        """The first call in a forked child: start its reloader, and look at the file now."""
-        with self._lock:
+        """The first call in a forked child: its reloader, and a look at the file now."""
+        with self._served._lock:
             started, self._forked = self._forked, False
             if started:
                 self._start()
@@ -1855,7 +1941,6 @@ def _reloader(
     """The loop of a DataFile's reloader thread: look every interval (the socket's timeout), and
     at once when woken (``send``), while it is open; then close both sockets (a wake after that
     is an OSError that wake() ignores)."""
-    looked: Optional[Signature] = None
     try:
         while True:
             try:
@@ -1868,11 +1953,7 @@ def _reloader(
             if data is None or data._closed:
                 return
             try:
-                # A writable one's reads load what they need (see current): it loads another
-                # process's writes once they pause, not at every look while they come.
-                before, looked = looked, _stat(data.path)
-                if force or not data.writable or looked == before:
-                    data.refresh(force)
+                data.refresh(force)
             except Exception:  # never let the reloader die
                 logger.exception("%s: reloader error", data.path)
             del data  # wait without holding it
@@ -1887,16 +1968,13 @@ _open_files: "weakref.WeakSet[DataFile]" = weakref.WeakSet()
 
 def after_fork() -> None:
     """In a forked child (Python's fork runs this; uWSGI's post-fork hook too), give every open
-    DataFile new locks and mark it: its first call starts its reloader and looks (no thread
-    starts inside a fork hook); and the collector back if a parse had paused it."""
-    _collector_paused.after_fork()
+    DataFile new locks and a socket pair of its own, and mark it: its first call starts its
+    reloader and looks (no thread starts inside a fork hook)."""
     for data in list(_open_files):
         if not data._closed:
-            data._writing = threading.Lock()
-            data._lock = threading.Lock()
-            data._queue_lock = threading.Lock()
-            data._queue = []
-            data._contended = False
+            data._served.after_fork()
+            data._writer.after_fork()
+            data._pair()  # a wake in the child, even before its first call, is its own
             data._forked = True
 
 

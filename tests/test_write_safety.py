@@ -10,6 +10,7 @@ import http.client
 import json
 import os
 import stat
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, cast
@@ -315,13 +316,14 @@ def test_nothing_at_a_fixed_name_blocks_a_write_and_each_write_has_its_own_tempo
 ) -> None:
     (path.parent / ".data.json.qstash-lists-tmp").mkdir()  # the fixed name of old
     names: List[str] = []
-    real = os.replace
+    real = tempfile.mkstemp
 
-    def replace(source: Any, target: Any) -> None:
-        names.append(str(source))
-        real(source, target)
+    def mkstemp(**options: Any) -> Any:
+        made = real(**options)
+        names.append(made[1])
+        return made
 
-    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
     app = writable(path)
     for name in ("one", "two"):
         assert send(app, "POST", "/v2/queues", {"queueName": name, "parallelism": 1}).status == 200
@@ -368,7 +370,7 @@ def test_a_write_waits_for_this_processes_other_writes_no_longer_than_for_anothe
 ) -> None:
     data = service.open_data(str(path), None, interval=3600, writable=True)
     app = service.create_app(data, access_log=False)
-    with data._writing:  # another thread's write, stuck
+    with data._writer._writing:  # another thread's write, stuck
         response = send(app, "POST", "/v2/queues", {"queueName": "x", "parallelism": 1})
     assert (response.status, response.headers["Retry-After"]) == (503, "1")
 
@@ -390,8 +392,8 @@ def test_a_write_taken_by_the_write_at_work_is_answered_with_it_even_past_the_lo
                 # the wait with a bound: meanwhile the write at work takes the queue, and the bound
                 # passes
             ):
-                taken.extend(data._queue)
-                data._queue.clear()
+                taken.extend(data._writer._queue)
+                data._writer._queue.clear()
                 return False
             for each in taken:
                 each.did = "queue created"  # made with the write at work
@@ -400,7 +402,7 @@ def test_a_write_taken_by_the_write_at_work_is_answered_with_it_even_past_the_lo
         def release(self) -> None:
             pass
 
-    data._writing = AtWork()  # type: ignore[assignment]
+    data._writer._writing = AtWork()  # type: ignore[assignment]
     digest = hashlib.sha256(TOKEN_A.encode()).digest()
     assert (
         data.update(digest, "queues", "x", store.upsert_queue, "x", None, None) == "queue created"

@@ -186,7 +186,7 @@ def test_a_symlink_re_pointed_while_a_write_waits_for_the_lock_writes_the_new_ta
             daemon=True,
         )
         writer.start()
-        eventually(lambda: data._contended)  # it waits for the lock on a.json
+        eventually(lambda: data._writer._contended)  # it waits for the lock on a.json
         (tmp_path / "new-link").symlink_to("b.json")
         os.replace(tmp_path / "new-link", link)
     finally:
@@ -223,19 +223,21 @@ def test_a_version_renamed_over_the_file_during_a_write_is_written_under_its_own
     under the lock of that very file (another process's writer cannot write at the same time)."""
     path = write_json(tmp_path / "data.json", accounts_document())
     data = service.open_data(str(path), None, interval=3600, writable=True)
-    real_replace, renames, edited = os.replace, cast(List[str], []), cast(List[str], [])
+    real_swap, renames, edited = store._swap, cast(List[str], []), cast(List[str], [])
 
-    def replaced(source: Any, target: Any) -> None:
-        if str(target) == str(path) and str(source).endswith("qstash-lists-tmp"):
-            probe = os.open(str(path), os.O_RDONLY)
-            try:  # another process's writer, on the file the path leads to now
-                fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                renames.append("not locked")
-            except BlockingIOError:
-                renames.append("locked")
-            finally:
-                os.close(probe)
-        real_replace(source, target)
+    def swapped(*args: Any) -> bool:
+        probe = os.open(str(path), os.O_RDONLY)
+        try:  # another process's writer, on the file the path leads to now
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            locked = "not locked"
+        except BlockingIOError:
+            locked = "locked"
+        finally:
+            os.close(probe)
+        done = real_swap(*args)
+        if done:  # the swap that was made (the first try finds the edit, and lets go)
+            renames.append(locked)
+        return done
 
     apply = data._apply
 
@@ -246,11 +248,11 @@ def test_a_version_renamed_over_the_file_during_a_write_is_written_under_its_own
             document = accounts_document()
             document["accounts"][1]["queues"] = []
             write_json(tmp_path / "edit.json", document)
-            real_replace(tmp_path / "edit.json", path)
+            os.replace(tmp_path / "edit.json", path)
         return made
 
     monkeypatch.setattr(data, "_apply", edited_meanwhile)
-    monkeypatch.setattr(os, "replace", replaced)
+    monkeypatch.setattr(store, "_swap", swapped)
     assert data.update(DIGEST_A, "queues", "w", store.upsert_queue, "w", None, None) == (
         "queue created"
     )
@@ -346,7 +348,7 @@ def batch(data: store.DataFile, *writes: Tuple[bytes, str]) -> List[Any]:
         )
         for digest, name in writes
     ]
-    with data._writing:
+    with data._writer._writing:
         data._write_batch(made, float("inf"))
     return [write.did if write.error is None else type(write.error) for write in made]
 
@@ -477,7 +479,7 @@ def test_while_another_process_holds_the_lock_waiting_writes_leave_threads_for_r
         try:
             first = threading.Thread(target=write, args=(0,), daemon=True)
             first.start()
-            eventually(lambda: data._contended)
+            eventually(lambda: data._writer._contended)
             others = [threading.Thread(target=write, args=(i,), daemon=True) for i in range(1, 16)]
             for thread in others:
                 thread.start()

@@ -1,0 +1,303 @@
+"""A version is what the file holds, not what stat says (STYLE.md 22): where timestamps are coarse
+and inode numbers come back, a later version can carry an earlier one's signature.  Each case
+here lost acknowledged writes, or served a stale version, before the writer read what it locked
+and the reader told racy versions apart by their content; and the cases a probe of the writer
+found beside them (threads, sizes, a bind mount, a save just before the rename)."""
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Tuple
+
+import pytest
+from helpers import TOKEN_A, Server, accounts_document, eventually, serving, write_json
+from test_writes import send
+
+import app as service
+import store
+
+DIGEST_A = hashlib.sha256(TOKEN_A.encode()).digest()
+#: One request of the scenario: (which server, method, path, body) -> (status, JSON or None).
+Ask = Callable[[str, str, str, Any], Tuple[int, Any]]
+
+
+def two_writers(ask: Ask, rounds: int = 10) -> Tuple[int, int]:
+    """The probe's scenario, within a second a round: B upserts, A upserts twice (each version the
+    same size), B is read, B upserts.  Return how many of A's acknowledged writes were lost and
+    how many reads through B were stale."""
+    lost = stale = 0
+    for r in range(rounds):
+        assert ask("B", "POST", "/v2/queues", {"queueName": "b", "parallelism": 1})[0] == 200
+        last = r % 4 + 5
+        for parallelism in (r % 4 + 1, last):  # each version the same size
+            body = {"queueName": "a", "parallelism": parallelism}
+            assert ask("A", "POST", "/v2/queues", body)[0] == 200
+        status, read = ask("B", "GET", "/v2/queues/a", None)
+        stale += (status, read["parallelism"]) != (200, last)
+        assert ask("B", "POST", "/v2/queues", {"queueName": "b", "parallelism": 2})[0] == 200
+        status, read = ask("A", "GET", "/v2/queues/a", None)
+        lost += (status, read["parallelism"]) != (200, last)
+    return lost, stale
+
+
+def coarse(monkeypatch: Any) -> None:
+    """Make this process see the timestamps of a filesystem of one-second granularity."""
+    real = store._signature
+
+    def signature(st: os.stat_result) -> Any:
+        found = real(st)
+        return found._replace(
+            mtime_ns=found.mtime_ns - found.mtime_ns % 10**9,
+            ctime_ns=found.ctime_ns - found.ctime_ns % 10**9,
+        )
+
+    monkeypatch.setattr(store, "_signature", signature)
+
+
+def test_two_writing_processes_on_coarse_timestamps_lose_nothing(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Without root: two writable DataFiles (as two processes) on one file, whose signatures this
+    process sees with whole seconds only, as ext3, HFS+ or ext4 with 128-byte inodes give them."""
+    coarse(monkeypatch)
+    path = write_json(tmp_path / "data.json", accounts_document())
+    apps = {
+        name: service.create_app(service.open_data(str(path), None, 3600, writable=True), False)
+        for name in "AB"
+    }
+
+    def ask(which: str, method: str, route: str, body: Any) -> Tuple[int, Any]:
+        response = send(apps[which], method, route, body)
+        return response.status, json.loads(response.body) if response.body else None
+
+    assert two_writers(ask) == (0, 0)
+
+
+@contextlib.contextmanager
+def coarse_filesystem(tmp_path: Path) -> Iterator[Path]:
+    """A loop-mounted ext4 of 128-byte inodes (one-second timestamps); skipped where the machine
+    cannot make one (not root, no loop device, no mkfs.ext4)."""
+    if os.geteuid() != 0 or shutil.which("mkfs.ext4") is None or shutil.which("mount") is None:
+        pytest.skip("a loop-mounted filesystem needs root and mkfs.ext4")
+    image, mount = tmp_path / "ext4.img", tmp_path / "coarse"
+    mount.mkdir()
+    with image.open("wb") as file:
+        file.truncate(32 << 20)
+    made = subprocess.run(
+        ["mkfs.ext4", "-q", "-F", "-I", "128", str(image)], capture_output=True, text=True
+    )
+    mounted = subprocess.run(
+        ["mount", "-o", "loop", str(image), str(mount)], capture_output=True, text=True
+    )
+    if made.returncode or mounted.returncode:
+        pytest.skip("cannot loop-mount an ext4 image here: %s" % (made.stderr + mounted.stderr))
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def test_two_writing_servers_on_a_coarse_filesystem_lose_nothing(tmp_path: Path) -> None:
+    """The probe's own case: two `python app.py --writable` on a real one-second filesystem."""
+    with coarse_filesystem(tmp_path) as folder:
+        path = write_json(folder / "data.json", accounts_document())
+        with (
+            serving(path, "--writable", "--quiet") as a,
+            serving(path, "--writable", "--quiet") as b,
+        ):
+            servers = {"A": a, "B": b}
+
+            def ask(which: str, method: str, route: str, body: Any) -> Tuple[int, Any]:
+                return request(servers[which], method, route, body)
+
+            assert two_writers(ask) == (0, 0)
+            assert a.stop()[0] == 0 and b.stop()[0] == 0
+
+
+def request(server: Server, method: str, route: str, body: Any) -> Tuple[int, Any]:
+    import http.client
+
+    conn = http.client.HTTPConnection(server.host, server.port, timeout=30)
+    try:
+        data = None if body is None else json.dumps(body)
+        conn.request(method, route, data, {"Authorization": "Bearer " + TOKEN_A})
+        response = conn.getresponse()
+        raw = response.read()
+        return response.status, json.loads(raw) if raw else None
+    finally:
+        conn.close()
+
+
+def edited_in_place(path: Path, parallelism: int) -> None:
+    """A save in place (as `>` and many editors do), of the same size each time."""
+    document = accounts_document()
+    document["accounts"][0]["queues"][0]["parallelism"] = parallelism
+    with path.open("r+b" if path.exists() else "wb") as file:
+        file.write(json.dumps(document, indent=2).encode())
+
+
+def served_parallelism(data: store.DataFile) -> int:
+    loaded = data.current()
+    assert loaded is not None
+    return next(iter(loaded.accounts[0].queues.values())).parallelism
+
+
+@pytest.mark.parametrize("where", ["coarse timestamps", "a coarse filesystem"])
+def test_an_in_place_edit_of_the_same_size_soon_after_a_load_is_served(
+    tmp_path: Path, monkeypatch: Any, where: str
+) -> None:
+    """A read-only process; the file edited in place twice within a second of its last load, the
+    same size each time: the second edit is served too (the version judged while its times were
+    not yet safely past is compared by content at the next looks)."""
+    with contextlib.ExitStack() as stack:
+        folder = tmp_path
+        if where == "coarse timestamps":
+            coarse(monkeypatch)
+        else:
+            folder = stack.enter_context(coarse_filesystem(tmp_path))
+        path = folder / "data.json"
+        edited_in_place(path, 1)
+        data = service.open_data(str(path), None, interval=0.05)
+        stack.callback(data.close)
+        for parallelism in (2, 3):
+            # Both edits within one second: wait for the start of one.
+            eventually(lambda: time.time() % 1 < 0.5)
+            edited_in_place(path, parallelism)
+            eventually(lambda n=parallelism: served_parallelism(data) == n, timeout=3 * 2)
+
+
+# ---- What the probe found beside it ------------------------------------------------------------
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_writes_recover_once_another_process_lets_go_of_the_lock(
+    tmp_path: Path, monkeypatch: Any, threads: int
+) -> None:
+    """At any --threads, a write that timed out waiting for another process's lock leaves no
+    trace: once the lock is free, every write is made."""
+    import fcntl
+
+    monkeypatch.setattr(store, "LOCK_TIMEOUT", 0.2)
+    path = write_json(tmp_path / "data.json", accounts_document())
+    data = service.open_data(str(path), None, 3600, writable=True, waiting_writes=threads // 2)
+    app = service.create_app(data, False)
+    holder = os.open(str(path), os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another process, at work for longer than the timeout
+    try:
+        assert send(app, "POST", "/v2/queues", {"queueName": "held"}).status == 503
+    finally:
+        os.close(holder)
+    statuses = [send(app, "POST", "/v2/queues", {"queueName": "q%d" % i}).status for i in range(10)]
+    assert statuses == [200] * 10
+    data.close()
+
+
+def compact_file(path: Path, queues: int) -> bytes:
+    """A file of one account and ``queues`` queues, written compactly as a tool writes QStash's
+    answers (not the writer's layout, which puts each queue on a line of its own: larger)."""
+    made = [
+        {
+            "createdAt": 1700000000000,
+            "updatedAt": 1700000000000,
+            "name": "q%06d" % i,
+            "parallelism": 1,
+            "lag": 0,
+            "paused": False,
+        }
+        for i in range(queues)
+    ]
+    document = {"accounts": [{"token": TOKEN_A, "queues": made}]}
+    raw = json.dumps(document, separators=(",", ":")).encode()
+    path.write_bytes(raw)
+    return raw
+
+
+def test_a_write_that_makes_the_file_smaller_is_never_refused_for_size(tmp_path: Path) -> None:
+    """A compact file just under --max-size: deleting from it is a 200, and the file (written
+    compactly, as its layout would pass the limit) still loads; a write that makes it larger
+    past the limit is a 507."""
+    path = tmp_path / "data.json"
+    raw = compact_file(path, 2000)
+    limits = store.Limits(items=10**6)
+    data = service.open_data(
+        str(path), None, 3600, writable=True, max_size=len(raw) + 10, limits=limits
+    )
+    app = service.create_app(data, False)
+    assert send(app, "DELETE", "/v2/queues/q000007", None).status == 200
+    assert "q000007" not in store.load(str(path), None, max_size=len(raw) + 10).accounts[0].queues
+    body = {"queueName": "x" * 150, "parallelism": 1}
+    assert send(app, "POST", "/v2/queues", body).status == 507
+    data.close()
+
+
+def test_a_single_file_bind_mount_is_named_with_its_fix(
+    tmp_path: Path, monkeypatch: Any, caplog: Any
+) -> None:
+    """A rename over a file that is a mount point fails with EBUSY (docker -v ./data.json:...): a
+    503, and one log line that names the data file and the fix, not the temporary file."""
+    path = write_json(tmp_path / "data.json", accounts_document())
+    data = service.open_data(str(path), None, 3600, writable=True)
+
+    def busy(*args: Any) -> Any:
+        raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(path))
+
+    monkeypatch.setattr(store, "_exchange", lambda one, other: False)
+    monkeypatch.setattr(os, "replace", busy)
+    response = send(service.create_app(data, False), "POST", "/v2/queues", {"queueName": "q"})
+    assert response.status == 503
+    lines = [r.getMessage() for r in caplog.records if "mount" in r.getMessage()]
+    assert lines == [
+        "%s: cannot write: the file is a mount point (a single-file bind mount, such as docker "
+        "-v ./data.json:/app/data.json); mount its folder instead and point --data at the file in "
+        "it; it is unchanged" % path
+    ]
+    assert ".qstash-lists-tmp" not in caplog.text
+    data.close()
+
+
+def test_a_save_by_hand_just_before_the_rename_is_kept(tmp_path: Path, monkeypatch: Any) -> None:
+    """An editor saves (by rename) while a write is held just before its rename: on Linux the
+    writer exchanges the two names atomically, finds it displaced the editor's file, puts it back
+    and makes its write on it; both are kept."""
+    if store._renameat2() is None:
+        pytest.skip("no renameat2 here: the README names the window this leaves")
+    path = write_json(tmp_path / "data.json", accounts_document())
+    data = service.open_data(str(path), None, 3600, writable=True)
+    real, saved = store._exchange, threading.Event()
+
+    def editor_first(one: str, other: str) -> bool:
+        if not saved.is_set():  # the pause before the rename: the editor saves meanwhile
+            saved.set()
+            document = accounts_document()
+            document["accounts"][0]["queues"] = []
+            write_json(tmp_path / "saved.json", document)
+            os.replace(tmp_path / "saved.json", path)
+        return real(one, other)
+
+    monkeypatch.setattr(store, "_exchange", editor_first)
+    assert data.update(DIGEST_A, "queues", "w", store.upsert_queue, "w", None, None) == (
+        "queue created"
+    )
+    assert list(store.load(str(path), None).accounts[0].queues) == ["w"]  # the edit, and the write
+    data.close()
+
+
+def test_read_only_replicas_serve_a_write_at_their_next_look(tmp_path: Path) -> None:
+    """What the README promises a read-only replica: a write another process answered is served
+    from its next look at the file (--interval, or at once on SIGHUP), not its next request."""
+    path = write_json(tmp_path / "data.json", accounts_document())
+    writer = service.open_data(str(path), None, 3600, writable=True)
+    replica = service.open_data(str(path), None, 3600)
+    writer.update(DIGEST_A, "queues", "w", store.upsert_queue, "w", None, None)
+    before = replica.current()
+    assert before is not None and "w" not in before.accounts[0].queues
+    assert replica.refresh() is True
+    after = replica.current()
+    assert after is not None and "w" in after.accounts[0].queues
+    writer.close()
+    replica.close()
