@@ -13,7 +13,7 @@ The next optimisation of loading is checked by adding its path here.
 import hashlib
 import json
 import random
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import store
 
@@ -107,28 +107,27 @@ def test_the_writer_serves_what_a_whole_parse_of_the_file_it_wrote_builds(tmp_pa
         assert loaded is not None
         account = rng.choice(loaded.accounts)
         name = "q%d" % rng.randrange(8)
-        kind, change, args = rng.choice(
-            [
-                (
-                    "queues",
-                    store.upsert_queue,
-                    (name, rng.choice([None, 1, 7]), rng.choice([None, True])),
-                ),
-                ("queues", store.pause_queue, (rng.random() < 0.5,)),
-                ("queues", store.delete_item, ()),
-                (
-                    "url_groups",
-                    store.add_endpoints,
-                    (name, [store.Endpoint(None, "https://x.example/%d" % case)]),
-                ),
-                (
-                    "url_groups",
-                    store.remove_endpoints,
-                    ([{"url": "https://x.example/%d" % (case - 1)}],),
-                ),
-                ("url_groups", store.delete_item, ()),
-            ]
-        )
+        changes: List[Tuple[str, Callable[..., Any], Tuple[Any, ...]]] = [
+            (
+                "queues",
+                store.upsert_queue,
+                (name, rng.choice([None, 1, 7]), rng.choice([None, True])),
+            ),
+            ("queues", store.pause_queue, (rng.random() < 0.5,)),
+            ("queues", store.delete_item, ()),
+            (
+                "url_groups",
+                store.add_endpoints,
+                (name, [store.Endpoint(None, "https://x.example/%d" % case)]),
+            ),
+            (
+                "url_groups",
+                store.remove_endpoints,
+                ([{"url": "https://x.example/%d" % (case - 1)}],),
+            ),
+            ("url_groups", store.delete_item, ()),
+        ]
+        kind, change, args = rng.choice(changes)
         try:
             data.update(account.token_sha256, kind, name, change, *args)
         except (store.NoSuchItem, store.LimitReached):
