@@ -1377,9 +1377,9 @@ class _Version:
         """Whether ``raw`` is, byte for byte, the version in service."""
         if self.store is None or len(raw) != sum(map(len, self.pieces)):
             return False
-        view, at = memoryview(raw), 0
+        at = 0
         for piece in self.pieces:
-            if view[at : at + len(piece)] != piece:
+            if not raw.startswith(piece, at):  # a memcmp, no copy
                 return False
             at += len(piece)
         return True

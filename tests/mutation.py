@@ -849,7 +849,7 @@ MUTANTS: List[Mutant] = [
     M(
         "versions",
         "store.py",
-        "            if view[at : at + len(piece)] != piece:",
+        "            if not raw.startswith(piece, at):  # a memcmp, no copy",
         "            if False:",
         VERSIONS + DIFFERENTIAL,
     ),
