@@ -1568,12 +1568,12 @@ class _GroupCommit:
     ``write_batch`` make it: every write of the batch gets its outcome there.  A write that a
     batch took waits for ``_writing`` only to read its outcome; one still queued when its time
     is up withdraws (Busy).  While another process holds the flock (``_contended``), at most
-    ``waiting`` writes wait here (at least one: the next that will find out it is free); the
-    rest are Busy at once, so that waiting writes leave threads for reads."""
+    ``waiting`` writes wait here, the one at work included (the first always waits); the rest
+    are Busy at once, so that waiting writes leave threads for reads."""
 
     def __init__(self, path: str, waiting: int) -> None:
         self.path = path
-        self._waiting = max(1, waiting)
+        self._waiting = waiting
         self._writing = threading.Lock()  # the batch at work, from the flock to the rename
         self._queue_lock = threading.Lock()  # guards _queue and _contended; never held long
         self._queue: list[_Write] = []
