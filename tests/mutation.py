@@ -856,13 +856,6 @@ MUTANTS: List[Mutant] = [
     M(
         "versions",
         "store.py",
-        "        self._waiting = max(1, waiting)",
-        "        self._waiting = waiting",
-        VERSIONS,
-    ),
-    M(
-        "versions",
-        "store.py",
         "    finally:\n        waiting(False)",
         "    finally:\n        pass",
         VERSIONS,
