@@ -47,7 +47,6 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
-    Union,
 )
 from urllib.parse import quote, unquote_to_bytes
 
@@ -346,12 +345,13 @@ class Body:
             ("ETag", self.etag),
             ("Cache-Control", cache),
             ("X-Content-Type-Options", "nosniff"),
-        ] + [("Vary", "Accept-Encoding")] * (self.compressible or encoding is not None)
-        self.headers = (
-            [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
-            + self.not_modified
-            + [("Content-Encoding", encoding or "")] * (encoding is not None)
-        )
+        ]
+        if self.compressible or encoding is not None:
+            self.not_modified.append(("Vary", "Accept-Encoding"))
+        self.headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
+        self.headers += self.not_modified
+        if encoding is not None:
+            self.headers.append(("Content-Encoding", encoding))
         self._gzip: Optional[Body] = None
 
     def gzipped(self) -> Body:
@@ -662,17 +662,24 @@ def read(environ: WSGIEnvironment, account: store.Account, target: Target) -> An
     return Answer("200 OK", list(found.headers), found.data)
 
 
-#: The methods each route answers, read-only or writable: with HEAD where it has GET (RFC 9110,
-#: 9.3.2).
+def _allowed(methods: Tuple[str, ...], writable: bool) -> Tuple[str, ...]:
+    """The methods of ``methods`` a server answers, read-only or writable, with HEAD where it has
+    GET (RFC 9110, 9.3.2)."""
+    allowed = tuple(m for m in methods if writable or m == "GET")
+    if "GET" in methods:
+        allowed += ("HEAD",)
+    return allowed
+
+
+#: The methods each route answers, read-only or writable.
 _ALLOWED = {
-    (route, writable): tuple(m for m in methods if writable or m == "GET")
-    + ("HEAD",) * ("GET" in methods)
+    (route, writable): _allowed(methods, writable)
     for route, methods in ROUTES.items()
     for writable in (False, True)
 }
 
 
-class Change(NamedTuple):
+class ItemChange(NamedTuple):
     """A write's change to one item, as store.DataFile.update takes it."""
 
     name: str  # the item's
@@ -680,34 +687,35 @@ class Change(NamedTuple):
     args: Tuple[Any, ...]  # what it takes after the item and the time
 
 
-def change(environ: WSGIEnvironment, target: Target, longest: int) -> Change:
+def change(environ: WSGIEnvironment, target: Target, longest: int) -> ItemChange:
     """The change that a write asks for, from its route and body; BadRequest for a bad one.
-    ``longest``: the longest name a write may give (--max-name)."""
+    ``longest``: the longest name a write may give (store.Limits)."""
     name = target.name or ""
     if target.route == "/v2/queues":
         return _upsert(_body(environ), longest)
     if target.route.endswith("/endpoints") and environ.get("REQUEST_METHOD") == "POST":
         if len(name) > longest:
             raise BadRequest(
-                "bad request: a URL group's name is at most %d characters (--max-name)" % longest
+                "bad request: a URL group's name is at most %d characters (a QStash plan limit)"
+                % longest
             )
-        return Change(name, store.add_endpoints, (name, _endpoints(_body(environ), True)))
+        return ItemChange(name, store.add_endpoints, (name, _endpoints(_body(environ), True)))
     if target.route.endswith("/endpoints"):
-        return Change(name, store.remove_endpoints, (_endpoints(_body(environ), False),))
+        return ItemChange(name, store.remove_endpoints, (_endpoints(_body(environ), False),))
     if target.route.endswith("/pause"):
-        return Change(name, store.pause_queue, (True,))
+        return ItemChange(name, store.pause_queue, (True,))
     if target.route.endswith("/resume"):
-        return Change(name, store.pause_queue, (False,))
-    return Change(name, store.delete_item, ())
+        return ItemChange(name, store.pause_queue, (False,))
+    return ItemChange(name, store.delete_item, ())
 
 
-def _upsert(body: Dict[str, Any], longest: int) -> Change:
+def _upsert(body: Dict[str, Any], longest: int) -> ItemChange:
     """The change of a queue's upsert (``queueName``, ``parallelism``, ``paused``)."""
     name = _field(
         body,
         "queueName",
         lambda v: store.is_name(v) and len(v) <= longest,
-        "a name of %s, at most %d characters (--max-name)" % (store.NAME_RULE, longest),
+        "a name of %s, at most %d characters (a QStash plan limit)" % (store.NAME_RULE, longest),
     )
     parallelism = _field(
         body,
@@ -716,7 +724,7 @@ def _upsert(body: Dict[str, Any], longest: int) -> Change:
         "a whole number from 1 to 2**53 - 1 (1 if left out)",
     )
     paused = _field(body, "paused", lambda v: v is None or type(v) is bool, "true or false")
-    return Change(name, store.upsert_queue, (name, parallelism, paused))
+    return ItemChange(name, store.upsert_queue, (name, parallelism, paused))
 
 
 #: A write's answer: 200 without content, as QStash's OpenAPI declares every write's (the SDKs
@@ -768,11 +776,11 @@ class Refusal(NamedTuple):
 #: nearest parent that is (see _refused).
 REFUSALS: Dict[type, Refusal] = {
     store.LimitReached: Refusal(PreconditionFailed, None, "over a limit"),
-    store.Conflict: Refusal(
+    store.Unloadable: Refusal(
         Conflict,
         "conflict: the data file on the server was edited and does not load; nothing was written; "
         "the server log names the fault",
-        "file invalid",
+        "file does not load",
     ),
     store.TooLarge: Refusal(
         InsufficientStorage,
@@ -833,7 +841,7 @@ def create_app(
     resets: bool = False,
 ) -> WSGIApplication:
     """Return the WSGI callable that serves (and, if writable, writes) ``source``.  ``access_log``:
-    True logs each request to the ``qstash_lists.access`` logger, an AccessLog in batches, False
+    True logs each request to the ``qstash_lists.access`` logger, an AccessLog by its thread, False
     not; ``allowed_hosts``: see SETTINGS; ``resets``: RESET_PATH answers (writable only)."""
     allowed_hosts = frozenset(host.lower() for host in allowed_hosts)
 
@@ -855,7 +863,7 @@ def create_app(
             data = b""
         if access_log:
             ms = (time.perf_counter() - started) * 1000
-            _log_request(access_log, environ, Request(time.time(), environ, answer, len(data), ms))
+            _log_request(access_log, environ, answer, len(data), ms)
         return _body_iterable(environ, data)
 
     return app
@@ -874,55 +882,40 @@ def _body_iterable(environ: WSGIEnvironment, data: bytes) -> Iterable[bytes]:
     return file_wrapper(io.BytesIO(data))  # type: ignore[no-any-return]
 
 
-def _log_request(access_log: bool | AccessLog, environ: WSGIEnvironment, request: Request) -> None:
-    """Log a request: to an AccessLog, or (True) to the ``qstash_lists.access`` logger, if it is on
-    (else the request line would be made for nothing)."""
-    if access_log is not True:
-        typing.cast(AccessLog, access_log).note(request)
-    elif access_logger.isEnabledFor(logging.INFO):
-        access_logger.info("%s", request.entry(_request_line(environ)))
+def _log_request(
+    access_log: bool | AccessLog, environ: WSGIEnvironment, answer: Answer, size: int, ms: float
+) -> None:
+    """Log a request: to an AccessLog, or (True) to the ``qstash_lists.access`` logger if it is on
+    (else the line would be made for nothing).  Who asked what (its request line: see
+    _request_line), the status, the body's size, the time it took, and why."""
+    if access_log is True and not access_logger.isEnabledFor(logging.INFO):
+        return
+    why = "" if answer.why is None else " (%s)" % answer.why
+    entry = '%s "%s" %s %d %.2fms%s' % (
+        environ.get("REMOTE_ADDR") or "-",
+        _request_line(environ),
+        answer.status[:3],
+        size,
+        ms,
+        why,
+    )
+    if access_log is True:
+        access_logger.info("%s", entry)
+    else:
+        typing.cast(AccessLog, access_log).note("%s %s\n" % (_utc(time.time()), entry))
 
 
 # ---- The access log ------------------------------------------------------------------------------
-class Request(NamedTuple):
-    """An answered request, as the access log writes it."""
-
-    created: float  # when it was answered (a Unix time)
-    environ: WSGIEnvironment
-    answer: Answer
-    size: int  # the body's bytes sent
-    ms: float  # the time it took
-
-    def entry(self, request_line: str) -> str:
-        """Its access log entry but its time: who asked what (its request line: see
-        _request_line), the status, the body's size, the time it took, and why."""
-        why = self.answer.why
-        return '%s "%s" %s %d %.2fms%s' % (
-            self.environ.get("REMOTE_ADDR") or "-",
-            request_line,
-            self.answer.status[:3],
-            self.size,
-            self.ms,
-            "" if why is None else " (%s)" % why,
-        )
-
-
-#: What tells requests apart in the access log's cache of request lines.
-_ASKED = ("REMOTE_ADDR", "REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO", "QUERY_STRING")
-
-
 class AccessLog(logging.Handler):
-    """The command line's log handler: a request or record notes its line, and a thread writes them
-    in batches (far cheaper than a logging call a request); a stream that does not keep up holds
-    back nothing: past ACCESS_LOG_BACKLOG, lines are dropped and counted."""
+    """The command line's log handler: it notes each line, and a thread of its own writes what is
+    noted, so that a stream that does not keep up holds back no request: past
+    ACCESS_LOG_BACKLOG lines waiting, lines are dropped and counted."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
         self._dropped = 0  # not exact under races: a count for the operator, never a wait
         self._stopping = threading.Event()
-        #: What is noted and not yet written: a Request, or a line of its own (a deque is
-        #: thread-safe: no lock).
-        self._entries: collections.deque[Union[Request, str]] = collections.deque()
+        self._lines: collections.deque[str] = collections.deque()  # thread-safe: no lock
         self._thread = threading.Thread(
             target=self._run, name="qstash-lists access log", daemon=True
         )
@@ -933,10 +926,10 @@ class AccessLog(logging.Handler):
         """Note a log record's line (logging.Handler's hook)."""
         self.note(self.format(record) + "\n")
 
-    def note(self, entry: Union[Request, str]) -> None:
-        """Note an answered request, or a line of its own."""
-        if len(self._entries) < ACCESS_LOG_BACKLOG:
-            self._entries.append(entry)
+    def note(self, line: str) -> None:
+        """Note a line to write."""
+        if len(self._lines) < ACCESS_LOG_BACKLOG:
+            self._lines.append(line)
         else:
             self._dropped += 1
 
@@ -952,36 +945,19 @@ class AccessLog(logging.Handler):
         self._write()
 
     def _write(self) -> None:
-        lines: List[str] = []
-        # A batch's lines share their seconds, and mostly their requests (measured).
-        seconds: Dict[int, str] = {}
-        request_lines: Dict[Tuple[Any, ...], str] = {}
-        while self._entries:
-            entry = self._entries.popleft()
-            if isinstance(entry, str):
-                lines.append(entry)
-                continue
-            whole = int(entry.created)
-            if whole not in seconds:
-                seconds[whole] = _utc(whole)[:-5]
-            asked = tuple(entry.environ.get(key) for key in _ASKED)
-            if asked not in request_lines:
-                request_lines[asked] = _request_line(entry.environ)
-            milliseconds = int(entry.created % 1 * 1000)
-            lines.append(
-                "%s.%03dZ %s\n" % (seconds[whole], milliseconds, entry.entry(request_lines[asked]))
-            )
+        lines = []
+        while self._lines:
+            lines.append(self._lines.popleft())
         if self._dropped:
             dropped, self._dropped = self._dropped, 0
             lines.append(
                 "%s %d access log lines dropped: the stream did not keep up\n"
                 % (_utc(time.time()), dropped)
             )
-        if lines:
-            self._send("".join(lines))
-
-    def _send(self, text: str) -> None:
+        if not lines:
+            return
         # To the descriptor: a write that blocks holds no lock that the interpreter's exit needs.
+        text = "".join(lines)
         try:
             os.write(self._stream.fileno(), text.encode())
         except (AttributeError, io.UnsupportedOperation):
@@ -1111,8 +1087,8 @@ def _switch(text: str) -> bool:
     return text.lower() in ("1", "true", "yes", "on")
 
 
-#: Every setting, read in one place (read_settings): the command line wins over the environment,
-# then the default.
+#: Every setting, read in one place (read_settings): the command line wins over the
+#: environment, then the default.
 SETTINGS: Dict[str, Setting] = {
     "data": Setting("--data", "QSTASH_LISTS_DATA", "data.json", str, "the data file"),
     "token": Setting(
@@ -1163,27 +1139,6 @@ SETTINGS: Dict[str, Setting] = {
         _seconds,
         "seconds --record may take to fetch the account, in all",
     ),
-    "max_items": Setting(
-        "--max-items",
-        "QSTASH_LISTS_MAX_ITEMS",
-        "1000",
-        _whole(1, 10**9),
-        "queues, and URL groups, that writes may make in an account (then 412)",
-    ),
-    "max_endpoints": Setting(
-        "--max-endpoints",
-        "QSTASH_LISTS_MAX_ENDPOINTS",
-        "1000",
-        _whole(1, 10**9),
-        "endpoints that writes may give a URL group (then 412)",
-    ),
-    "max_name": Setting(
-        "--max-name",
-        "QSTASH_LISTS_MAX_NAME",
-        "200",
-        _whole(1, 1000),
-        "the longest name a write may give (then 400)",
-    ),
     "allowed_hosts": Setting(
         "--allowed-hosts",
         "QSTASH_LISTS_ALLOWED_HOSTS",
@@ -1223,8 +1178,7 @@ def read_settings(
 
 
 #: Load a data file and keep it fresh: ``open_data(path, token, interval, fallback=, max_size=,
-# required=, writable=,
-#: limits=)`` (see store.DataFile and store.parse).
+#: required=, writable=, limits=, waiting_writes=)`` (see store.DataFile and store.parse).
 open_data = store.DataFile
 
 
@@ -1252,19 +1206,21 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
         signal.signal(signal.SIGHUP, _wake_all)
     try:
         settings = read_settings(os.environ if environ is None else environ)
-        data = _open(settings, None, required=True)
+        data = _data_file(settings, None, required=True)
     except (ConfigError, store.TokenMissing) as exc:
         # One write: the workers that fail at once each give a whole line.
         sys.stderr.write("%s\n" % exc)
         raise SystemExit(3) from None
     except store.DataError:
-        data = _open(settings, None, required=False)  # logged; answered with 503 until it is good
+        data = _data_file(
+            settings, None, required=False
+        )  # logged; answered with 503 until it is good
     except KeyboardInterrupt:  # Ctrl-C during the first load: a stop, not a traceback
         raise SystemExit(130) from None
     return create_app(data, allowed_hosts=settings["allowed_hosts"] or (), resets=settings["reset"])
 
 
-def _open(
+def _data_file(
     settings: Mapping[str, Any],
     fallback: Optional[str],
     required: bool,
@@ -1280,7 +1236,6 @@ def _open(
         max_size=settings["max_size"],
         required=required,
         writable=settings["writable"],
-        limits=store.Limits(settings["max_items"], settings["max_endpoints"], settings["max_name"]),
         waiting_writes=waiting_writes,
     )
 
@@ -1339,7 +1294,9 @@ def _start(settings: Mapping[str, Any], quiet: bool, prog: str) -> int:
     fallback = _fallback(settings["host"])
     log = _log_to_stderr(quiet)
     try:
-        data = _open(settings, fallback, required=True, waiting_writes=settings["threads"] // 2)
+        data = _data_file(
+            settings, fallback, required=True, waiting_writes=settings["threads"] // 2
+        )
     except store.DataError as exc:
         return _not_loaded(exc, settings["data"], prog)
     try:
@@ -1725,7 +1682,7 @@ def _run_command(settings: Mapping[str, Any], args: argparse.Namespace, prog: st
     with tempfile.TemporaryDirectory(prefix="qstash-lists-") as folder:
         copy = os.path.join(folder, os.path.basename(path))
         shutil.copyfile(path, copy)
-        data = _open(
+        data = _data_file(
             dict(settings, data=copy, writable=True),
             fallback,
             required=True,

@@ -31,48 +31,6 @@ from operator import attrgetter
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional, Union, cast
 from urllib.parse import urlsplit
 
-__all__ = [
-    "Account",
-    "Conflict",
-    "DataError",
-    "DataFile",
-    "Endpoint",
-    "FileChanging",
-    "LimitReached",
-    "Limits",
-    "NoSuchItem",
-    "Queue",
-    "Read",
-    "Signature",
-    "Status",
-    "Store",
-    "TokenMissing",
-    "TooLarge",
-    "UrlGroup",
-    "add_endpoints",
-    "after_fork",
-    "check_token",
-    "delete_item",
-    "encode",
-    "from_api",
-    "is_flag",
-    "is_http_url",
-    "is_name",
-    "is_text",
-    "is_whole",
-    "load",
-    "megabytes",
-    "parse",
-    "pause_queue",
-    "read",
-    "read_at_most",
-    "record",
-    "remove_endpoints",
-    "unique_keys",
-    "upsert_queue",
-    "wake_all",
-]
-
 logger = logging.getLogger("qstash_lists")
 
 #: The shipped data.json, indented as ``python app.py --example`` prints it: a starter file of
@@ -138,9 +96,9 @@ class Limits(NamedTuple):
     """What writes may create in one account (QStash has plan limits); a data file that holds more
     still loads."""
 
-    items: int = 1000  # queues, and URL groups, per account (--max-items)
-    endpoints: int = 1000  # endpoints per URL group (--max-endpoints)
-    name: int = 200  # characters in the name of a queue or URL group a write creates (--max-name)
+    items: int = 1000  # queues, and URL groups, per account
+    endpoints: int = 1000  # endpoints per URL group
+    name: int = 200  # characters in the name of a queue or URL group a write creates
 
 
 class Signature(NamedTuple):
@@ -172,7 +130,7 @@ class FileChanging(DataError):
     """The file changed each time it was read: a writer is busy with it."""
 
 
-class Conflict(DataError):
+class Unloadable(DataError):
     """A write found the file on disk in a state it must not overwrite (it does not load)."""
 
 
@@ -312,9 +270,9 @@ class UrlGroup(_Item):
 
     @cached_property
     def lines(self) -> bytes:
+        """This group in the data file: its fields, then its endpoints one a line."""
         if not self.endpoints:
             return self.raw
-        """This group in the data file: its fields, then its endpoints one a line."""
         fields = encode({key: v for key, v in self.to_dict().items() if key != "endpoints"})
         endpoints = b",\n    ".join([endpoint.raw for endpoint in self.endpoints])
         # Endpoints is its last field: its object then ends with its array.
@@ -531,7 +489,7 @@ class Store:
         probe no token."""
         return self.by_digest.get(hashlib.sha256(token).digest())
 
-    def lines(self) -> list[bytes]:
+    def pieces(self) -> list[bytes]:
         """The data file of this store in pieces, written as they are: each account's bytes, and
         what goes between (the layout: FILE_OPEN)."""
         if self.single_account:
@@ -560,7 +518,7 @@ class Store:
     @cached_property
     def size(self) -> int:
         """The size of this store's data file in the writer's layout, in bytes."""
-        return sum(map(len, self.lines()))
+        return sum(map(len, self.pieces()))
 
     def warnings(self, source: str) -> list[str]:
         """Return what looks wrong in a valid file, one line each: no account, times in seconds."""
@@ -605,9 +563,9 @@ def load(
     fallback: Optional[str] = None,
     max_size: int = DEFAULT_MAX_SIZE,
 ) -> Store:
-    """Read (see :func:`read`) and validate the data file at ``path`` (see :func:`parse`); raise
-    DataError."""
-    return parse(read(path, max_size)[0], path, token, fallback)
+    """Read (see :func:`read_file`) and validate (see :func:`parse`) the data file at ``path``;
+    raise DataError."""
+    return parse(read_file(path, max_size).raw, path, token, fallback)
 
 
 def parse(
@@ -911,7 +869,7 @@ class Read(NamedTuple):
     signature: Signature
 
 
-def read(path: str, max_size: int = DEFAULT_MAX_SIZE) -> Read:
+def read_file(path: str, max_size: int = DEFAULT_MAX_SIZE) -> Read:
     """Return the bytes of the data file at ``path`` (never blocking: a regular file of at most
     ``max_size`` bytes) and the signature of the version read, read again while it changes; or a
     DataError of one line."""
@@ -1225,11 +1183,11 @@ def record(
     if loaded.size > max_size:
         raise _too_large(path, loaded.size, max_size)
     if not os.path.lexists(path):
-        with _new_version(os.path.realpath(path), loaded.lines(), None, path) as new:
+        with _new_version(os.path.realpath(path), loaded.pieces(), None, path) as new:
             os.replace(new.path, os.path.realpath(path))
         return loaded
     with _locked(path, time.monotonic() + LOCK_TIMEOUT) as held:
-        with _new_version(held.target, loaded.lines(), held.stat, path) as new:
+        with _new_version(held.target, loaded.pieces(), held.stat, path) as new:
             os.replace(new.path, held.target)
     return loaded
 
@@ -1546,7 +1504,7 @@ def _changing(path: str) -> FileChanging:
 class _Write:
     """One change waiting for this process's writer, then its outcome."""
 
-    change: "Change"
+    change: "Edit"
     did: Optional[str] = None  # what it did, once written
     error: Optional[Exception] = None  # or why it was not
 
@@ -1556,7 +1514,7 @@ class _Write:
 
 
 #: A change of the store at a time (Unix milliseconds): the store with it made, and what it did.
-Change = Callable[[Store, int], "tuple[Store, str]"]
+Edit = Callable[[Store, int], "tuple[Store, str]"]
 
 
 class _GroupCommit:
@@ -1579,7 +1537,7 @@ class _GroupCommit:
         self._queue: list[_Write] = []
         self._contended = False  # the batch at work waits for another process's flock
 
-    def write(self, change: Change, write_batch: Callable[[list[_Write], float], None]) -> str:
+    def write(self, change: Edit, write_batch: Callable[[list[_Write], float], None]) -> str:
         """Make ``change`` in the next batch, which ``write_batch`` writes; say what it did, or
         raise why it was not made."""
         write = _Write(change)
@@ -1731,7 +1689,7 @@ class DataFile:
         """Make ``change(item, now, *args)`` to the item ``name`` of ``kind`` ("queues",
         "url_groups") of the account ``digest`` in the latest version, write the file, serve it
         and say what it did; or KeyError (no such account), NoSuchItem, LimitReached, TooLarge,
-        Conflict (a file that does not load: kept), Busy (the lock not had in time), DataError
+        Unloadable (a file that does not load: kept), Busy (the lock not had in time), DataError
         (unwritable)."""
         change_item = partial(self._item_changed, digest, kind, name, change, args)
         return self._writer.write(change_item, self._write_batch)
@@ -1758,7 +1716,7 @@ class DataFile:
                 with _locked(self.path, deadline, self._writer.contended) as held:
                     if self._write_held(held, batch):
                         return
-            raise Conflict(
+            raise FileChanging(
                 [
                     "%s: saved by another hand %d times while a write was made; nothing was "
                     "written" % (self.path, WRITE_ATTEMPTS)
@@ -1770,7 +1728,7 @@ class DataFile:
 
     def _write_held(self, held: _Held, batch: list[_Write]) -> bool:
         """Make ``batch`` on the bytes of the file ``held`` (the store in service if it holds
-        them, else their own, put in service; Conflict if they do not load: never overwritten),
+        them, else their own, put in service; Unloadable if they do not load: never overwritten),
         and swap the new version in if the path still leads to that file unchanged; tell whether
         that was done (else: again, on the new file)."""
         found = _read_open(held.fd, self.path, self.max_size)
@@ -1783,13 +1741,13 @@ class DataFile:
             except DataError as exc:
                 served.refuse(exc.signature, exc)
                 served.report(exc)
-                raise Conflict(
+                raise Unloadable(
                     ["%s: does not load (the fault is logged); nothing was written" % self.path]
                 ) from None
         fresh = self._apply(store, batch)
         if fresh is store:
             return True
-        pieces = fresh.lines()
+        pieces = fresh.pieces()
         if sum(map(len, pieces)) > self.max_size:  # a compact file near the limit, made no larger
             pieces = [fresh.compact()]
             if len(pieces[0]) > self.max_size:
@@ -1868,7 +1826,7 @@ class DataFile:
             noun = "URL groups" if kind == "url_groups" else "queues"
             raise LimitReached(
                 [
-                    "this account has %d %s, the most a write may make (--max-items)"
+                    "this account has %d %s, the most a write may make (a QStash plan limit)"
                     % (len(items), noun)
                 ]
             )
@@ -1876,7 +1834,7 @@ class DataFile:
         if isinstance(new, UrlGroup) and len(new.endpoints) > max(self.limits.endpoints, have):
             raise LimitReached(
                 [
-                    "a URL group may have %d endpoints at the most (--max-endpoints)"
+                    "a URL group may have %d endpoints at the most (a QStash plan limit)"
                     % self.limits.endpoints
                 ]
             )

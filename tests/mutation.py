@@ -178,8 +178,8 @@ MUTANTS: List[Mutant] = [
     M(
         "gzip",
         "app.py",
-        '("Vary", "Accept-Encoding")] * (self.compressible or encoding is not None)',
-        '("Vary", "Accept-Encoding")] * False',
+        "        if self.compressible or encoding is not None:\n            self.not_modified.append",
+        "        if False:\n            self.not_modified.append",
     ),
     # HEAD and methods
     M(
@@ -189,7 +189,7 @@ MUTANTS: List[Mutant] = [
         'if environ.get("REQUEST_METHOD") == "HEADX":\n            data = b""',
     ),
     M("head", "app.py", "_ALLOWED[target.route, source.writable]", "_ALLOWED[target.route, True]"),
-    M("head", "app.py", '+ ("HEAD",) * ("GET" in methods)', ""),
+    M("head", "app.py", '        allowed += ("HEAD",)', "        pass"),
     M(
         "head",
         "app.py",
@@ -705,7 +705,7 @@ MUTANTS: List[Mutant] = [
         'raise Unauthorized("unknown token")',
         'raise Unauthorized("unknown token %r" % environ.get("HTTP_AUTHORIZATION"))',
     ),
-    M("log", "app.py", '"" if why is None else " (%s)" % why', '""'),
+    M("log", "app.py", 'why = "" if answer.why is None else " (%s)" % answer.why', 'why = ""'),
     M(
         "log",
         "app.py",
@@ -726,7 +726,12 @@ MUTANTS: List[Mutant] = [
         "self._thread.join()",
         tuple(SERVER),
     ),
-    M("log", "app.py", "elif access_logger.isEnabledFor(logging.INFO):", "elif False:"),
+    M(
+        "log",
+        "app.py",
+        "    if access_log is True and not access_logger.isEnabledFor(logging.INFO):",
+        "    if access_log is True:",
+    ),
     M(
         "log",
         "app.py",

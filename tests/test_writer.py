@@ -374,7 +374,7 @@ def test_a_change_over_its_accounts_share_is_refused_alone(data_path: Path) -> N
 def test_the_change_that_takes_the_file_over_max_size_is_refused_alone(data_path: Path) -> None:
     """Two changes that each fit, in two small accounts (each within its share), not both: the
     first is written, the second refused (507)."""
-    before = b"".join(store.load(str(data_path), None).lines())  # as the writer writes it
+    before = b"".join(store.load(str(data_path), None).pieces())  # as the writer writes it
     data_path.write_bytes(before)
     alone = service.open_data(str(data_path), None, 3600, writable=True)
     assert batch(alone, (DIGEST_B, "more")) == ["queue created"]

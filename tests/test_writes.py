@@ -121,7 +121,12 @@ def test_an_upsert_without_paused_keeps_the_queues_and_the_writer_does_not_read_
 
     loads: List[int] = []
     real = store._Served.load
-    monkeypatch.setattr(store._Served, "load", lambda *args: loads.append(1) or real(*args))
+
+    def load(*args: Any) -> Any:
+        loads.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(store._Served, "load", load)
     with caplog.at_level(logging.INFO, "qstash_lists"):
         write(writable, "POST", "/v2/queues/emails/pause")
         write(writable, "POST", "/v2/queues", {"queueName": "emails", "parallelism": 3})
@@ -235,21 +240,21 @@ BAD = [
         "/v2/queues",
         {"parallelism": 1},
         "bad request: queueName: expected a name of only letters, digits, '-', '.' and '_', at "
-        "most 200 characters (--max-name), got nothing",
+        "most 200 characters (a QStash plan limit), got nothing",
     ),
     (
         "POST",
         "/v2/queues",
         {"queueName": "a b", "parallelism": 1},
         "bad request: queueName: expected a name of only letters, digits, '-', '.' and '_', at "
-        'most 200 characters (--max-name), got "a b"',
+        'most 200 characters (a QStash plan limit), got "a b"',
     ),
     (
         "POST",
         "/v2/queues",
         {"queueName": "q" * 201, "parallelism": 1},
         "bad request: queueName: expected a name of only letters, digits, '-', '.' and '_', at "
-        'most 200 characters (--max-name), got "%s' % ("q" * 59),
+        'most 200 characters (a QStash plan limit), got "%s' % ("q" * 59),
     ),
     (
         "POST",
@@ -336,8 +341,8 @@ def test_a_message_is_escaped_once(writable: Any) -> None:
     """The SDK user reads the body as it is: a value outside the rule shows as written, in UTF-8."""
     response = send(writable, "POST", "/v2/queues", {"queueName": "ünï", "parallelism": 1})
     message = (
-        "bad request: queueName: expected a name of %s, at most 200 characters (--max-name), got "
-        '"ünï"' % store.NAME_RULE
+        "bad request: queueName: expected a name of %s, at most 200 characters (a QStash plan "
+        'limit), got "ünï"' % store.NAME_RULE
     )
     assert (
         response.body
