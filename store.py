@@ -873,14 +873,22 @@ def read_file(path: str, max_size: int = DEFAULT_MAX_SIZE) -> Read:
     """Return the bytes of the data file at ``path`` (never blocking: a regular file of at most
     ``max_size`` bytes) and the signature of the version read, read again while it changes; or a
     DataError of one line."""
+    with _opened(path, max_size) as (_, found):
+        return found
+
+
+@contextlib.contextmanager
+def _opened(path: str, max_size: int) -> Iterator[tuple[int, Read]]:
+    """read_file(), with the file it read open (closed when the block ends)."""
     for _ in range(READ_ATTEMPTS):
         fd = _open(path)
         try:
             found = _read_open(fd, path, max_size)
+            if found is not None:
+                yield fd, found
+                return
         finally:
             os.close(fd)
-        if found is not None:
-            return found
         time.sleep(0.02)  # give the writer a moment
     raise _changing(path)
 
@@ -1391,17 +1399,9 @@ class _Served:
         """Read and judge the file (see judge), read again while it changes; return its fault,
         noted (see refuse), if any.  Precondition: _lock is held, or this is the constructor."""
         try:
-            for _ in range(READ_ATTEMPTS):
-                fd = _open(self.path)
-                try:
-                    found = _read_open(fd, self.path, self.max_size)
-                    if found is not None:
-                        self.judge(fd, found.raw, found.signature, force)
-                        return None
-                finally:
-                    os.close(fd)
-                time.sleep(0.02)  # give the writer a moment
-            raise _changing(self.path)
+            with _opened(self.path, self.max_size) as (fd, found):
+                self.judge(fd, found.raw, found.signature, force)
+            return None
         except DataError as exc:
             fault = exc
         except Exception:  # a bug: the last good version stays, as for a bad file
