@@ -505,7 +505,8 @@ def _body(environ: WSGIEnvironment) -> Dict[str, Any]:
         raise PayloadTooLarge("payload too large: a write's body is at most %d bytes" % MAX_BODY)
     raw = environ["wsgi.input"].read(int(length)) if int(length) else b""
     try:
-        body = json.loads(raw, object_pairs_hook=store.unique_keys)
+        # UTF-8 itself: json.loads would take UTF-16, UTF-32 and a byte-order mark, as no SDK sends.
+        body = json.loads(raw.decode("utf-8"), object_pairs_hook=store.unique_keys)
     # A key given twice: which one the SDK user meant is anyone's guess.
     except store.DataError as exc:
         raise BadRequest("bad request: %s" % exc) from None
@@ -1247,7 +1248,10 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
     parser = _parser()
     args = parser.parse_args(argv)
     if args.example:
-        print(json.dumps(json.loads(store.EXAMPLE), indent=2))
+        try:
+            print(json.dumps(json.loads(store.EXAMPLE), indent=2), flush=True)
+        except BrokenPipeError:  # --example | head: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing at exit
         return 0
     try:
         settings = read_settings(os.environ if environ is None else environ, args)

@@ -70,7 +70,7 @@ _READ_CHUNK = 1 << 24
 _MISSING: Any = object()  # a key the object does not have (its fault is said once, as missing)
 _PIECES_A_CALL = 1000  # a writev's pieces, under IOV_MAX (1024)
 #: QStash's rule for the names of URL groups and queues (a 400 otherwise).
-NAME_RULE = "only letters, digits, '-', '.' and '_'"
+NAME_RULE = "only letters, digits, '-', '.' and '_', not dots alone"
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _TOKEN = re.compile(r"[!-~]+")  # visible ASCII: what fits in "Bearer <token>"
@@ -157,8 +157,9 @@ def is_whole(value: Any) -> bool:
 
 
 def is_name(value: Any) -> bool:
-    """A URL group's or a queue's name: letters, digits, '_', '-' and '.' only (QStash's rule)."""
-    return type(value) is str and _NAME.fullmatch(value) is not None
+    """A URL group's or a queue's name: letters, digits, '_', '-' and '.' only (QStash's rule), not
+    dots alone (a client that normalises URLs could never address "." or ".." again)."""
+    return type(value) is str and _NAME.fullmatch(value) is not None and value.strip(".") != ""
 
 
 def is_text(value: Any) -> bool:

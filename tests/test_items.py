@@ -30,7 +30,10 @@ BIG_GROUP = dict(
     name="big",
     endpoints=[{"url": "https://h%d.example.com/hook" % i} for i in range(60)],
 )
-BAD_NAME = {"error": "bad request: a queue's name has only letters, digits, '-', '.' and '_'"}
+BAD_NAME = {
+    "error": "bad request: a queue's name has only letters, digits, '-', '.' and "
+    "'_', not dots alone"
+}
 NOT_UTF8 = {"error": "bad request: a name in the path is not UTF-8"}
 
 

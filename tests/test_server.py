@@ -230,6 +230,17 @@ def test_a_stop_while_the_server_is_made_prints_nothing(data_path: Path) -> None
     assert (proc.returncode, err) == (0, "")
 
 
+def test_example_into_a_pipe_nobody_reads_ends_quietly() -> None:
+    """`--example | head`: a reader that has what it wanted (here: gone before the first byte)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        code, out, err = run(["--example"], stdout=write)
+    finally:
+        os.close(write)
+    assert (code, err) == (0, "")
+
+
 SIZE = "expected a size in bytes from 1 to 4G, such as 64M (K, M or G may follow the number)"
 
 

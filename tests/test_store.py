@@ -164,11 +164,13 @@ FAULTS = [
     ({"urlGroups": [dict(G, name="")]}, 'urlGroups[0].name: expected a non-empty string, got ""'),
     (
         {"urlGroups": [dict(G, name="my group")]},
-        "urlGroups[0].name: expected only letters, digits, '-', '.' and '_', got \"my group\"",
+        "urlGroups[0].name: expected only letters, digits, '-', '.' and "
+        "'_', not dots alone, got \"my group\"",
     ),
     (
         {"urlGroups": [dict(G, name="ordérs")]},
-        "urlGroups[0].name: expected only letters, digits, '-', '.' and '_', got \"ordérs\"",
+        "urlGroups[0].name: expected only letters, digits, '-', '.' and "
+        "'_', not dots alone, got \"ordérs\"",
     ),
     (
         {"queues": [Q, dict(Q, lag=3)]},
@@ -193,16 +195,18 @@ FAULTS = [
     ),
     (
         {"queues": [dict(Q, name="two\nlines")]},
-        "queues[0].name: expected only letters, digits, '-', '.' and '_', got \"two\\nlines\"",
+        "queues[0].name: expected only letters, digits, '-', '.' and "
+        "'_', not dots alone, got \"two\\nlines\"",
     ),
     (
         {"queues": [dict(Q, name="caf\u00e9\ud800")]},
-        "queues[0].name: expected only letters, digits, '-', '.' and '_', got "
+        "queues[0].name: expected only letters, digits, '-', '.' and '_', not dots alone, got "
         '"caf\\u00e9\\ud800"',
     ),
     (
         {"queues": [dict(Q, name="a/b")]},
-        "queues[0].name: expected only letters, digits, '-', '.' and '_', got \"a/b\"",
+        "queues[0].name: expected only letters, digits, '-', '.' and "
+        "'_', not dots alone, got \"a/b\"",
     ),
     (
         {"urlGroups": [dict(G, endpoints=[{"name": "e\u2028", "url": "http://a"}])]},
@@ -383,7 +387,7 @@ def test_every_fault_is_reported_not_just_the_first() -> None:
         "data.json: accounts[0].queues[1].parallelism: expected an integer from 0 to 2**53 - 1, "
         "got -1",
         "data.json: accounts[1].urlGroups[0].name: expected only letters, digits, '-', '.' and "
-        "'_', got \"a b\"",
+        "'_', not dots alone, got \"a b\"",
         "data.json: accounts[1].queues[0].createdAt: missing",
         "data.json: accounts[1].queues[0].updatedAt: missing",
         "data.json: accounts[1].queues[0].parallelism: missing",

@@ -439,7 +439,8 @@ def test_a_write_taken_by_the_write_at_work_is_answered_with_it_even_past_the_lo
         (b'{"queueName": "q", "paused": NaN}', "paused: expected true or false, got NaN"),
         (
             b'{"queueName": "\\ud800"}',
-            "queueName: expected a name of only letters, digits, '-', '.' and '_', at most "
+            "queueName: expected a name of only letters, digits, '-', '.' and "
+            "'_', not dots alone, at most "
             '200 characters (a QStash plan limit), got "\\ud800"',
         ),
         (
@@ -577,3 +578,32 @@ def test_the_default_name_limit_keeps_every_name_readable_and_deletable_by_its_u
         assert server.get("/v2/queues/" + name, headers)[0] == 200
         assert server.get("/v2/queues/" + name, headers, method="DELETE")[0] == 200
         assert server.get("/v2/queues/" + name, headers)[0] == 404
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'\xef\xbb\xbf{"queueName": "q"}',  # a byte-order mark
+        '{"queueName": "q"}'.encode("utf-16"),
+        '{"queueName": "q"}'.encode("utf-32-le"),
+    ],
+)
+def test_a_body_not_in_utf8_itself_is_refused(path: Path, raw: bytes) -> None:
+    response = send(writable(path), "POST", "/v2/queues", raw=raw)
+    assert (response.status, error(response)) == (
+        400,
+        "bad request: the body is not UTF-8 JSON",
+    )
+
+
+@pytest.mark.parametrize("name", [".", "..", "..."])
+def test_a_name_of_dots_alone_is_refused_as_no_url_can_name_it(path: Path, name: str) -> None:
+    response = send(writable(path), "POST", "/v2/queues", {"queueName": name})
+    assert response.status == 400 and "not dots alone" in error(response)
+    response = send(
+        writable(path),
+        "POST",
+        "/v2/topics/%s/endpoints" % name,
+        {"endpoints": [{"url": "https://x.example/"}]},
+    )
+    assert response.status in (400, 404)

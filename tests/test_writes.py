@@ -239,21 +239,24 @@ BAD = [
         "POST",
         "/v2/queues",
         {"parallelism": 1},
-        "bad request: queueName: expected a name of only letters, digits, '-', '.' and '_', at "
+        "bad request: queueName: expected a name of only letters, digits, '-', '.' and "
+        "'_', not dots alone, at "
         "most 200 characters (a QStash plan limit), got nothing",
     ),
     (
         "POST",
         "/v2/queues",
         {"queueName": "a b", "parallelism": 1},
-        "bad request: queueName: expected a name of only letters, digits, '-', '.' and '_', at "
+        "bad request: queueName: expected a name of only letters, digits, '-', '.' and "
+        "'_', not dots alone, at "
         'most 200 characters (a QStash plan limit), got "a b"',
     ),
     (
         "POST",
         "/v2/queues",
         {"queueName": "q" * 201, "parallelism": 1},
-        "bad request: queueName: expected a name of only letters, digits, '-', '.' and '_', at "
+        "bad request: queueName: expected a name of only letters, digits, '-', '.' and "
+        "'_', not dots alone, at "
         'most 200 characters (a QStash plan limit), got "%s' % ("q" * 59),
     ),
     (
@@ -313,13 +316,14 @@ BAD = [
         "POST",
         "/v2/topics/a%20b/endpoints",
         {"endpoints": [{"url": "https://a/"}]},
-        "bad request: a URL group's name has only letters, digits, '-', '.' and '_'",
+        "bad request: a URL group's name has only letters, digits, '-', '.' and "
+        "'_', not dots alone",
     ),
     (
         "DELETE",
         "/v2/queues/caf\xc3\xa9",
         None,
-        "bad request: a queue's name has only letters, digits, '-', '.' and '_'",
+        "bad request: a queue's name has only letters, digits, '-', '.' and '_', not dots alone",
     ),
 ]
 
