@@ -1259,9 +1259,10 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         return _fail([str(exc)])
     settings["writable"] = settings["writable"] or args.write
     settings["reset"] = settings["reset"] or args.resets
-    # Before the first load or a recording: none kills half-way.
+    # Before the first load or a recording: none kills half-way (--run's command has not run,
+    # so it has not passed).
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, _stop)
+        signal.signal(signum, _stop if args.run is None else _stop_unfinished)
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, _wake_all)
     if args.record:
@@ -1655,6 +1656,13 @@ def _add_switches(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--version", action="version", version="%(prog)s " + __version__)
 
 
+#: The command line's own options, which --run hands to the command when they follow it.
+_OPTIONS = frozenset(
+    ["--writable", "--reset", "--quiet", "--check", "--example", "--record", "--signing-keys"]
+    + [setting.option for setting in SETTINGS.values() if setting.option]
+)
+
+
 def _fail(lines: Sequence[str]) -> int:
     print("\n".join(lines), file=sys.stderr)
     return 2
@@ -1667,6 +1675,12 @@ def _run_command(settings: Mapping[str, Any], args: argparse.Namespace, prog: st
     with the command's status."""
     if not args.run:
         return _fail(["--run: give the command after it, such as: %s --run npm test" % prog])
+    ours = [word for word in args.run[1:] if word in _OPTIONS]
+    if ours:
+        print(
+            "%s --run: %s goes to the command; put it before --run" % (prog, ours[0]),
+            file=sys.stderr,
+        )
     path = settings["data"]
     fallback = _fallback(settings["host"])
     try:  # the faults name the user's file, not the copy
@@ -1714,20 +1728,35 @@ def _token_of(loaded: store.Store, token: Optional[str]) -> Optional[str]:
 
 
 def _child(command: List[str], env: Dict[str, str], prog: str) -> int:
-    """Run ``command`` to its end and return its exit status (a signal's as a shell gives it:
-    128 + its number); SIGTERM is passed on to it (Ctrl-C reaches it from the terminal)."""
+    """Run ``command`` in a process group of its own to its end and return its exit status (a
+    signal's as a shell gives it: 128 + its number; 127: not found; 126: not runnable).  SIGTERM
+    and SIGINT (Ctrl-C at the terminal, or either sent to this process alone) go to its whole
+    group; what it leaves running in its group is sent SIGTERM when it ends."""
     try:
-        child = subprocess.Popen(command, env=env)
+        child = subprocess.Popen(command, env=env, start_new_session=True)
     except OSError as exc:
-        return _fail(["%s --run: cannot run %s: %s" % (prog, command[0], exc.strerror or exc)])
+        print("%s --run: cannot run %s: %s" % (prog, command[0], exc.strerror), file=sys.stderr)
+        return 127 if isinstance(exc, FileNotFoundError) else 126
 
     def pass_on(signum: int, frame: Any) -> None:
-        os.kill(child.pid, signum)  # no lock taken: a signal handler's work
+        if child.returncode is None:  # never to a process reaped (its number may be reused)
+            with contextlib.suppress(OSError):
+                os.killpg(child.pid, signum)  # no lock taken: a signal handler's work
 
-    signal.signal(signal.SIGTERM, pass_on)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    status = child.wait()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, pass_on)
+    try:
+        status = child.wait()
+    finally:
+        # Its group outlives it while a member runs (so its number is not reused): end those.
+        with contextlib.suppress(OSError):
+            os.killpg(child.pid, signal.SIGTERM)
     return status if status >= 0 else 128 - status
+
+
+def _stop_unfinished(signum: int, frame: Any) -> None:
+    # --run before its command has run: a stop, and not a pass (a shell's status for a signal).
+    raise SystemExit(128 + signum)
 
 
 # ---- --record: a copy of a real account ----------------------------------------------------------

@@ -6,22 +6,28 @@ examples are in tests/test_sdks.py)."""
 import http.client
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 from helpers import (
+    ALPHA_QUEUE,
     ROOT,
     TOKEN_A,
     TOKEN_B,
     accounts_document,
     bearer,
+    eventually,
     readme_section_block,
+    started,
     write_json,
 )
+from test_server import catches
 
 import app as service
 import testing
@@ -270,3 +276,77 @@ def test_the_runner_says_what_it_needs(tmp_path: Path, document: Any, args: Any,
         timeout=60,
     )
     assert (done.returncode, done.stderr) == (2, line.format(path=fixture) + "\n")
+
+
+def _alive(marker: str, runner: int) -> List[int]:
+    """The processes but ``runner`` whose environment holds ``marker`` (the runner's children, and
+    theirs, inherit it)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and int(pid) != runner:
+            try:
+                environ = (Path("/proc") / pid / "environ").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in environ.split(b"\0"):
+                found.append(int(pid))
+    return found
+
+
+@pytest.mark.parametrize("how", ["sh -c", "npm test"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_runner_leaves_no_process_it_started(
+    tmp_path: Path, how: str, signum: int
+) -> None:
+    """SIGTERM or SIGINT sent to the runner alone ends the command's whole process group (a shell
+    or npm, and what they started), then the server: nothing is left, and the exit status is the
+    command's, 128 + the signal's number as a shell gives it."""
+    marker = "QSTASH_LISTS_TEST_MARKER=%d-%s" % (signum, how.split()[0])
+    script = "sleep 300 & sleep 301 & echo started; wait"
+    if how == "npm test":
+        if shutil.which("npm") is None:
+            pytest.skip("npm is not installed")
+        (tmp_path / "package.json").write_text(json.dumps({"scripts": {"test": script}}))
+        command = ["npm", "test", "--silent"]
+    else:
+        command = ["sh", "-c", script]
+    fixture = write_json(tmp_path / "fixture.json", accounts_document())
+    with started(
+        [sys.executable, str(ROOT / "app.py"), "--data", str(fixture), "--quiet", "--run"]
+        + command,
+        env=dict([marker.split("=")]),
+        cwd=str(tmp_path),
+    ) as proc:
+        assert proc.stdout is not None and "started" in proc.stdout.readline()
+        assert len(_alive(marker, proc.pid)) >= 3  # the shell (npm: and its shell), two sleeps
+        proc.send_signal(signum)
+        assert proc.wait(timeout=30) == 128 + signum
+    eventually(lambda: _alive(marker, proc.pid) == [])
+
+
+def test_the_runner_signalled_before_its_command_starts_does_not_pass(tmp_path: Path) -> None:
+    """A stop while the fixture loads: the command never ran, so the exit status is not 0."""
+    big = {"queues": [dict(ALPHA_QUEUE, name="q%d" % i) for i in range(200000)]}
+    fixture = write_json(tmp_path / "fixture.json", big)
+    with started(
+        [sys.executable, str(ROOT / "app.py"), "--data", str(fixture), "--run", "true"],
+        measured=False,
+    ) as proc:
+        eventually(lambda: catches(proc.pid, signal.SIGTERM), timeout=30)  # its handler is in
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+
+
+@pytest.mark.parametrize("command, status", [(["no-such-command-here"], 127), (["/"], 126)])
+def test_a_command_that_cannot_run_exits_as_a_shell_says(
+    tmp_path: Path, command: List[str], status: int
+) -> None:
+    fixture = write_json(tmp_path / "fixture.json", accounts_document())
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "app.py"), "--data", str(fixture), "--quiet", "--run"]
+        + command,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == status and done.stderr.startswith("python app.py --run: cannot run")
