@@ -51,7 +51,7 @@ from typing import (
 from urllib.parse import quote, unquote_to_bytes
 
 if TYPE_CHECKING:
-    import store
+    import store as store  # (as store: testing.py uses app.store)
 elif __package__:  # inside a package: vendored, or installed as qstash_lists
     from . import store
 # a script or a top-level module: the store.py beside this file, even if another "store" comes first
@@ -1732,19 +1732,26 @@ def _child(command: List[str], env: Dict[str, str], prog: str) -> int:
     signal's as a shell gives it: 128 + its number; 127: not found; 126: not runnable).  SIGTERM
     and SIGINT (Ctrl-C at the terminal, or either sent to this process alone) go to its whole
     group; what it leaves running in its group is sent SIGTERM when it ends."""
-    try:
-        child = subprocess.Popen(command, env=env, start_new_session=True)
-    except OSError as exc:
-        print("%s --run: cannot run %s: %s" % (prog, command[0], exc.strerror), file=sys.stderr)
-        return 127 if isinstance(exc, FileNotFoundError) else 126
+    started: List[subprocess.Popen[bytes]] = []
+    signalled: List[int] = []  # while it starts: sent on once it has
 
     def pass_on(signum: int, frame: Any) -> None:
-        if child.returncode is None:  # never to a process reaped (its number may be reused)
+        if not started:
+            signalled.append(signum)
+        elif started[0].returncode is None:  # never to a process reaped: its number is free
             with contextlib.suppress(OSError):
-                os.killpg(child.pid, signum)  # no lock taken: a signal handler's work
+                os.killpg(started[0].pid, signum)  # no lock taken: a signal handler's work
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, pass_on)
+    try:
+        started.append(subprocess.Popen(command, env=env, start_new_session=True))
+    except OSError as exc:
+        print("%s --run: cannot run %s: %s" % (prog, command[0], exc.strerror), file=sys.stderr)
+        return 127 if isinstance(exc, FileNotFoundError) else 126
+    child = started[0]
+    for pending in signalled[:1]:
+        os.killpg(child.pid, pending)
     try:
         status = child.wait()
     finally:

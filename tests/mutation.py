@@ -824,8 +824,8 @@ MUTANTS: List[Mutant] = [
     M(
         "signals",
         "app.py",
-        "        signal.signal(signum, _stop)\n    if hasattr",
-        "        pass\n    if hasattr",
+        "        signal.signal(signum, _stop if args.run is None else _stop_unfinished)\n",
+        "        pass\n",
         tuple(SERVER),
     ),
     M(
@@ -886,6 +886,49 @@ MUTANTS: List[Mutant] = [
         "            data._pair()  # a wake in the child",
         "            pass  # a wake in the child",
         ("tests/test_store.py",),
+    ),
+    # --run stops everything it started; the plugin's put-back (issue 51)
+    M(
+        "runner",
+        "app.py",
+        "started.append(subprocess.Popen(command, env=env, start_new_session=True))",
+        "started.append(subprocess.Popen(command, env=env))",
+        ("tests/test_plugin.py",),
+    ),
+    M(
+        "runner",
+        "app.py",
+        "            os.killpg(child.pid, signal.SIGTERM)\n",
+        "            pass\n",
+        ("tests/test_plugin.py",),
+    ),
+    M(
+        "runner",
+        "app.py",
+        "    raise SystemExit(128 + signum)",
+        "    raise SystemExit(0)",
+        ("tests/test_plugin.py",),
+    ),
+    M(
+        "runner",
+        "app.py",
+        "        return 127 if isinstance(exc, FileNotFoundError) else 126",
+        "        return 2",
+        ("tests/test_plugin.py",),
+    ),
+    M(
+        "plugin",
+        "testing.py",
+        "    clients = _token(raw, source, token)  # checked before any copy is made",
+        "    clients = token",
+        ("tests/test_plugin.py",),
+    ),
+    M(
+        "plugin",
+        "testing.py",
+        "        os.replace(f.name, self.server.path)\n",
+        "        os.unlink(f.name)\n",
+        ("tests/test_plugin.py",),
     ),
     # the writer rebuilt (issue 42): exact reuse, the lock on what is renamed, refusals, signals
     M(

@@ -350,3 +350,128 @@ def test_a_command_that_cannot_run_exits_as_a_shell_says(
         timeout=60,
     )
     assert done.returncode == status and done.stderr.startswith("python app.py --run: cannot run")
+
+
+def test_a_test_that_breaks_the_file_leaves_the_next_passing(pytester: Any) -> None:
+    """A test writes a file that does not load into qstash_server.path (to see its code get a
+    409): the put-back is the plugin's own, so the next test starts from qstash_data."""
+    pytester.makepyfile(
+        test_break="""
+import json, os, urllib.error, urllib.request
+
+def upsert(server):
+    request = urllib.request.Request(server.url + "/v2/queues", b'{"queueName": "q"}',
+                                     {"Authorization": "Bearer " + server.token}, method="POST")
+    return urllib.request.urlopen(request).status
+
+def test_breaks_it(qstash_server):
+    with open(qstash_server.path, "w") as file:
+        file.write("{not json")
+    try:
+        upsert(qstash_server)
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 409
+
+def test_after(qstash_server):
+    assert upsert(qstash_server) == 200
+"""
+    )
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly").assert_outcomes(
+        passed=2
+    )
+
+
+def test_the_ini_line_with_several_accounts_serves_the_import_time_clients_token(
+    pytester: Any,
+) -> None:
+    """The README's two recipes at once: the ini line (the client built at import holds the run's
+    token) and qstash_data in the several-accounts form: its first account answers that token."""
+    pytester.makeini(readme_section_block("In your tests", "ini"))
+    pytester.makepyfile(
+        test_app="""
+import json, os, pytest, urllib.request
+URL, TOKEN = os.environ["QSTASH_URL"], os.environ["QSTASH_TOKEN"]  # at import
+
+@pytest.fixture
+def qstash_data():
+    return %r
+
+def test_it(qstash_server):
+    assert qstash_server.token == TOKEN
+    request = urllib.request.Request(URL + "/v2/queues",
+                                     headers={"Authorization": "Bearer " + TOKEN})
+    assert [q["name"] for q in json.load(urllib.request.urlopen(request))] == ["emails"]
+"""
+        % accounts_document()
+    )
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_serve_with_several_accounts_gives_the_first_accounts_token() -> None:
+    with testing.serve(accounts_document()) as server:
+        assert server.token == TOKEN_A
+
+
+@pytest.mark.parametrize("ini", [True, False])
+def test_a_qstash_url_in_the_environment_is_never_reached_by_accident(
+    pytester: Any, monkeypatch: Any, ini: bool
+) -> None:
+    """A developer of a QStash app has QSTASH_URL (here a local listener standing in for QStash)
+    in the shell: with the ini line, a client built at import sends it nothing; without it, the
+    run says so, and what to add, before the first test."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    real = "http://127.0.0.1:%d" % listener.getsockname()[1]
+    if ini:
+        pytester.makeini(readme_section_block("In your tests", "ini"))
+    pytester.makepyfile(
+        test_app="""
+import os, urllib.request
+CLIENT = os.environ["QSTASH_URL"]  # at import
+
+def test_it(qstash_server):
+    if CLIENT == qstash_server.url:
+        urllib.request.urlopen(urllib.request.Request(CLIENT + "/v2/queues",
+            headers={"Authorization": "Bearer " + qstash_server.token}))
+"""
+    )
+    monkeypatch.setenv("QSTASH_URL", real)
+    monkeypatch.setenv("QSTASH_TOKEN", "a-real-token")
+    try:
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+        try:
+            listener.accept()
+            reached = True
+        except BlockingIOError:
+            reached = False
+    finally:
+        listener.close()
+    assert result.ret == 0 and not reached
+    said = "qstash-lists: QSTASH_URL is %s: a client your tests build at import talks to it" % real
+    assert (said in result.stdout.str()) is not ini
+
+
+def test_a_fault_names_the_file_or_fixture_given_not_a_copy(tmp_path: Path) -> None:
+    bad = write_json(tmp_path / "mine.json", {"queues": [{"name": "q", "paralelism": 1}]})
+    with pytest.raises(service.store.DataError) as info:
+        with testing.serve(str(bad)):
+            pass
+    assert all(line.startswith(str(bad) + ": ") for line in info.value.faults)
+    session = testing._Session(False)
+    try:
+        with pytest.raises(service.store.DataError) as info:
+            session.reset({"queues": [{"name": "q"}]})
+        assert all(line.startswith(testing.FIXTURE + ": ") for line in info.value.faults)
+    finally:
+        session.close()
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "app.py"), "--data", str(bad), "--run", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and done.stderr.startswith(str(bad) + ": ")
