@@ -173,6 +173,22 @@ def test_an_in_place_edit_of_the_same_size_soon_after_a_load_is_served(
             eventually(lambda n=parallelism: served_parallelism(data) == n, timeout=3 * 2)
 
 
+def test_a_version_whose_mtime_is_set_back_is_told_by_its_ctime(tmp_path: Path) -> None:
+    """cp -p and tar set a file's mtime back, not its ctime: a version of the same size with the
+    mtime of the one judged, long after it (not racy), is read."""
+    path = tmp_path / "data.json"
+    edited_in_place(path, 1)
+    before = path.stat()
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns - 10 * 10**9))  # long ago
+    data = service.open_data(str(path), None, interval=3600)
+    eventually(lambda: time.time_ns() > path.stat().st_ctime_ns + 10**7)  # a later ctime
+    old = path.stat().st_mtime_ns
+    edited_in_place(path, 2)
+    os.utime(path, ns=(old, old))
+    assert data.refresh() is True and served_parallelism(data) == 2
+    data.close()
+
+
 # ---- What the probe found beside it ------------------------------------------------------------
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_writes_recover_once_another_process_lets_go_of_the_lock(
