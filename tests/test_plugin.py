@@ -475,3 +475,28 @@ def test_a_fault_names_the_file_or_fixture_given_not_a_copy(tmp_path: Path) -> N
         timeout=60,
     )
     assert done.returncode == 2 and done.stderr.startswith(str(bad) + ": ")
+
+
+def test_the_readmes_autouse_line_gives_every_test_fresh_state(pytester: Any) -> None:
+    pytester.makeconftest(readme_section_block("In your tests", "python", "autouse"))
+    pytester.makepyfile(
+        test_it="""
+import json, os, urllib.request
+
+def call(method, path, body=None):
+    request = urllib.request.Request(os.environ["QSTASH_URL"] + path,
+                                     json.dumps(body).encode() if body else None,
+                                     {"Authorization": "Bearer " + os.environ["QSTASH_TOKEN"]},
+                                     method=method)
+    return urllib.request.urlopen(request).read()
+
+def test_one():  # asks for no server
+    call("POST", "/v2/queues", {"queueName": "one"})
+
+def test_two():
+    assert call("GET", "/v2/queues") == b"[]"
+"""
+    )
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly").assert_outcomes(
+        passed=2
+    )
