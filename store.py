@@ -1105,11 +1105,12 @@ def _swap(new: _Temporary, target: str, held: _Held, signature: Signature) -> bo
     """Rename ``new`` over ``target`` if that is still the file ``held``, as the version
     ``signature``; tell whether it was done.  Where Linux can exchange the two names atomically
     (renameat2), the file it displaced is checked after the exchange, and put back if it is not
-    the one held: a save by hand in between is kept.  Elsewhere the check comes just before an
-    os.replace, and a save in the microseconds between is overwritten."""
-    if not held.names(target, signature):
-        return False
+    the one held as it was read (a save by hand meanwhile, by rename or in place, is kept).
+    Elsewhere the check comes just before an os.replace, and a save in the microseconds between
+    is overwritten."""
     if not _exchange(new.path, target):
+        if not held.names(target, signature):
+            return False
         os.replace(new.path, target)
         return True
     # The rename changed the displaced file's ctime: its other times say whether it was written.

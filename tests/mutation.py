@@ -516,8 +516,8 @@ MUTANTS: List[Mutant] = [
     M(
         "safety",
         "store.py",
-        "    if not held.names(target, signature):\n        return False",
-        "    if False:\n        return False",
+        "        if not held.names(target, signature):\n            return False",
+        "        if False:\n            return False",
         ("tests/test_write_safety.py", "tests/test_writer.py"),
     ),
     M(
