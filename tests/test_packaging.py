@@ -203,6 +203,8 @@ def test_the_readmes_install_lines_work_from_a_clone_and_from_its_url(tmp_path: 
     the repository's URL (here the checkout's own, a file:// URL), each install the package with
     its pytest plugin and serve()."""
     lines = readme_section_block("In your tests", "sh", "pip install").strip().splitlines()
+    if not (ROOT / ".git").exists():
+        pytest.skip("this source tree is not a git clone (a release tarball?): nothing to clone")
     clone = tmp_path / "qstash-lists"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
     for i, line in enumerate(lines):
