@@ -864,10 +864,11 @@ def _show(value: Any) -> str:
 
 # ---- Reading: never blocks, never half a version ------------------------------------------------
 class Read(NamedTuple):
-    """A version of the file as read: its bytes, and what stat said of it."""
+    """A version of the file as read: its bytes, what stat said of it, and when it was read."""
 
     raw: bytes
     signature: Signature
+    read_at: float  # time.monotonic() as the read began
 
 
 def read_file(path: str, max_size: int = DEFAULT_MAX_SIZE) -> Read:
@@ -882,11 +883,11 @@ def read_file(path: str, max_size: int = DEFAULT_MAX_SIZE) -> Read:
 def _opened(path: str, max_size: int) -> Iterator[tuple[int, Read]]:
     """read_file(), with the file it read open (closed when the block ends)."""
     for _ in range(READ_ATTEMPTS):
-        fd = _open(path)
+        opened_at, fd = time.monotonic(), _open(path)
         try:
             found = _read_open(fd, path, max_size)
             if found is not None:
-                yield fd, found
+                yield fd, found._replace(read_at=opened_at)  # what the path led to then
                 return
         finally:
             os.close(fd)
@@ -898,7 +899,7 @@ def _read_open(fd: int, path: str, max_size: int) -> Optional[Read]:
     """Read the open file ``fd`` from its start; return its bytes and signature, or None if it
     changed while it was read (a writer at work); a DataError of one line if it cannot be read."""
     try:
-        before = os.fstat(fd)
+        read_at, before = time.monotonic(), os.fstat(fd)
         judged, limit = _signature(before), "the limit of %s" % megabytes(max_size)
         if not stat.S_ISREG(before.st_mode):
             kind = _KINDS.get(stat.S_IFMT(before.st_mode), "not a plain file")
@@ -926,7 +927,7 @@ def _read_open(fd: int, path: str, max_size: int) -> Optional[Read]:
         raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
     if _rewritten(before, after) or len(raw) != after.st_size:
         return None
-    return Read(raw, judged)
+    return Read(raw, judged, read_at)
 
 
 def _rewritten(before: os.stat_result, after: os.stat_result) -> bool:
@@ -1318,6 +1319,7 @@ class _Version:
 
     signature: Optional[Signature] = None  # the file last judged (served, or refused); None: unread
     judged_at: float = 0.0  # when (a Unix time, as the file's own times)
+    read_at: float = 0.0  # when it was read (time.monotonic()): what was on disk then, or later
     store: Optional[Store] = None  # the last good store; None until there is one
     pieces: tuple[bytes, ...] = ()  # the bytes that store was built from (or written as)
     loaded_at: Optional[float] = None  # when it was put in service
@@ -1380,11 +1382,14 @@ class _Served:
     def version(self) -> _Version:
         return self._version
 
-    def look(self, force: bool = False) -> bool:
-        """Load the file unless stat shows it to be the version judged, and parse it unless it
-        holds the bytes in service (``force``: parse it whatever it holds); tell whether it was
-        parsed and put in service.  A fault is logged when it starts."""
+    def look(self, force: bool = False, since: Optional[float] = None) -> bool:
+        """Load the file unless stat shows it to be the version judged, or a look that read it
+        ``since`` (a time.monotonic()) did; parse it unless it holds the bytes in service
+        (``force``: whatever it holds); tell whether it was parsed and put in service.  A fault is
+        logged when it starts."""
         with self._lock:
+            if since is not None and self._version.read_at >= since:
+                return False  # read while this one waited: what the file held then, or later
             if not force and self._version.unchanged(_stat(self.path)):
                 return False
             before = self._version.store
@@ -1402,7 +1407,7 @@ class _Served:
         noted (see refuse), if any.  Precondition: _lock is held, or this is the constructor."""
         try:
             with _opened(self.path, self.max_size) as (fd, found):
-                self.judge(fd, found.raw, found.signature, force)
+                self.judge(fd, found, force)
             return None
         except DataError as exc:
             fault = exc
@@ -1412,28 +1417,38 @@ class _Served:
         self.refuse(fault.signature, fault)
         return fault
 
-    def judge(self, fd: int, raw: bytes, signature: Signature, force: bool = False) -> Store:
-        """The store of ``raw``, read from ``fd`` as the version ``signature``: the one in service
-        if it holds the same bytes (unless ``force``), else a new one put in service; a DataError
-        (with the signature) where it does not load.  Precondition: _lock is held."""
+    def judge(self, fd: int, found: Read, force: bool = False) -> Store:
+        """The store of the version ``found``, read from ``fd``: the one in service if it holds
+        the same bytes (unless ``force``), else a new one put in service; a DataError (with its
+        signature) where it does not load.  Precondition: _lock is held."""
         version = self._version
-        if not force and version.failed_at is None and version.holds(raw):
+        if not force and version.failed_at is None and version.holds(found.raw):
             self._hold(fd)
-            self._version = dataclasses.replace(version, signature=signature, judged_at=time.time())
+            self._version = dataclasses.replace(
+                version, signature=found.signature, judged_at=time.time(), read_at=found.read_at
+            )
             return cast(Store, version.store)
         try:
-            store = parse(raw, self.path, self._token, self._fallback)
+            store = parse(found.raw, self.path, self._token, self._fallback)
         except DataError as exc:
-            raise type(exc)(exc.faults, signature) from None
-        self.put(fd, signature, store, (raw,))
+            raise type(exc)(exc.faults, found.signature) from None
+        self.put(fd, found.signature, store, (found.raw,), found.read_at)
         return store
 
-    def put(self, fd: int, signature: Signature, store: Store, pieces: tuple[bytes, ...]) -> None:
+    def put(
+        self,
+        fd: int,
+        signature: Signature,
+        store: Store,
+        pieces: tuple[bytes, ...],
+        read_at: float,
+    ) -> None:
         """Put ``store`` in service, as the version ``signature`` made of ``pieces``, open as
-        ``fd``.  Precondition: _lock is held, or this is the constructor."""
+        ``fd``, on disk at ``read_at``.  Precondition: _lock is held, or this is the
+        constructor."""
         self._hold(fd)
         now = time.time()
-        self._version = _Version(signature, now, store, pieces, loaded_at=now)
+        self._version = _Version(signature, now, read_at, store, pieces, loaded_at=now)
         if self.first is None:
             self.first = store
         if self._fault is not None:
@@ -1650,8 +1665,10 @@ class DataFile:
         signature, see _Served), so that a read follows every write answered."""
         if self._forked:
             self._adopt()
-        if self.writable and _stat(self.path) != self._served.version.signature:
-            self._served.look()
+        if self.writable:
+            asked = time.monotonic()
+            if _stat(self.path) != self._served.version.signature:
+                self._served.look(since=asked)
         return self._served.version.store
 
     def status(self) -> Status:
@@ -1739,7 +1756,7 @@ class DataFile:
         served = self._served
         with served._lock:
             try:
-                store = served.judge(held.fd, found.raw, found.signature)
+                store = served.judge(held.fd, found)
             except DataError as exc:
                 served.refuse(exc.signature, exc)
                 served.report(exc)
@@ -1758,7 +1775,9 @@ class DataFile:
             with served._lock:  # a read waits for the swap only
                 if not _swap(new, held.target, held, found.signature):
                     return False
-                served.put(new.fd, _signature(os.fstat(new.fd)), fresh, tuple(pieces))
+                # The flock is held: the file is this version until it is let go.
+                put_at = time.monotonic()
+                served.put(new.fd, _signature(os.fstat(new.fd)), fresh, tuple(pieces), put_at)
         return True
 
     def _apply(self, store: Store, batch: list[_Write]) -> Store:

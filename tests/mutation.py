@@ -383,14 +383,14 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "                store = served.judge(held.fd, found.raw, found.signature)\n",
+        "                store = served.judge(held.fd, found)\n",
         "                store = cast(Store, served.version.store)\n",
         WRITES,
     ),
     M(
         "writes",
         "store.py",
-        "if not force and version.failed_at is None and version.holds(raw):",
+        "if not force and version.failed_at is None and version.holds(found.raw):",
         "if not force and version.store is not None:",
         ("tests/test_writes.py", "tests/test_writer.py"),
     ),
@@ -427,15 +427,15 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "if self.writable and _stat(self.path) != self._served.version.signature:",
-        "if False:",
+        "            if _stat(self.path) != self._served.version.signature:\n                self._served.look(since=asked)",
+        "            if False:\n                self._served.look(since=asked)",
         WRITES,
     ),
     M(
         "writes",
         "store.py",
-        "served.put(new.fd, _signature(os.fstat(new.fd)), fresh, tuple(pieces))",
-        "served.put(new.fd, found.signature, fresh, tuple(pieces))",
+        "served.put(new.fd, _signature(os.fstat(new.fd)), fresh, tuple(pieces), put_at)",
+        "served.put(new.fd, found.signature, fresh, tuple(pieces), put_at)",
         WRITES,
     ),
     M(

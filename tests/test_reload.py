@@ -371,7 +371,7 @@ def test_a_file_replaced_while_each_version_is_built_still_has_each_version_serv
 
 def test_a_file_read_in_several_chunks_is_whole(path: Path, monkeypatch: Any) -> None:
     monkeypatch.setattr(store, "_READ_CHUNK", 100)
-    raw, _ = store.read_file(str(path))
+    raw = store.read_file(str(path)).raw
     assert raw == path.read_bytes() and len(raw) > 300
 
 
