@@ -451,24 +451,36 @@ class Account:
         return cast("Mapping[str, Item]", getattr(self, kind)).get(name)
 
     @cached_property
-    def lines(self) -> bytes:
-        """This account's object in the data file: a field, queue, URL group or endpoint a line."""
-        fields = []  # each '"key": value'
+    def lines(self) -> tuple[bytes, ...]:
+        """This account's object in the data file, a field, queue, URL group or endpoint a line: in
+        pieces written as they are (each array joined once, not copied again into the whole)."""
+        fields: list[tuple[bytes, ...]] = []  # each the pieces of '"key": value'
         if self.credential is not None:
-            fields.append(json.dumps(dict([self.credential]))[1:-1].encode())
+            fields.append((json.dumps(dict([self.credential]))[1:-1].encode(),))
         if self.signing_keys is not None:
             keys = json.dumps(dict(zip(("current", "next"), self.signing_keys)))
-            fields.append(b'"signingKeys": ' + keys.encode())
+            fields.append((b'"signingKeys": ' + keys.encode(),))
         for key, items, attr in (
             (b"urlGroups", self.url_groups, "lines"),
             (b"queues", self.queues, "raw"),
         ):
             lines = list(map(attrgetter(attr), items.values()))  # each encoded once, fetched in C
             if lines:
-                fields.append(b'"%s": [\n  %s\n ]' % (key, b",\n  ".join(lines)))
+                fields.append((b'"%s": [\n  ' % key, b",\n  ".join(lines), b"\n ]"))
             else:
-                fields.append(b'"%s": []' % key)
-        return b"{" + b",\n ".join(fields) + b"}"
+                fields.append((b'"%s": []' % key,))
+        pieces = [b"{"]
+        for i, each in enumerate(fields):
+            if i:
+                pieces.append(b",\n ")
+            pieces.extend(each)
+        pieces.append(b"}")
+        return tuple(pieces)
+
+    @cached_property
+    def size(self) -> int:
+        """The bytes of its lines."""
+        return sum(map(len, self.lines))
 
 
 @dataclass(frozen=True)
@@ -494,12 +506,12 @@ class Store:
         """The data file of this store in pieces, written as they are: each account's bytes, and
         what goes between (the layout: FILE_OPEN)."""
         if self.single_account:
-            return [self.accounts[0].lines, SINGLE_CLOSE]
+            return [*self.accounts[0].lines, SINGLE_CLOSE]
         pieces = [FILE_OPEN]
         for i, account in enumerate(self.accounts):
             if i:
                 pieces.append(ACCOUNT_SEPARATOR)
-            pieces.append(account.lines)
+            pieces.extend(account.lines)
         pieces.append(FILE_CLOSE)
         return pieces
 
@@ -1865,13 +1877,13 @@ class DataFile:
         share of --max-size (none takes the others' room), or ``fresh`` larger than ``store`` and
         over --max-size itself: a change that makes either no larger is never refused for size."""
         share = self.max_size // len(store.accounts)
-        if len(changed.lines) > max(share, len(account.lines)):
+        if changed.size > max(share, account.size):
             raise TooLarge(
                 [
                     "%s: this account would be %s, over its share of --max-size (%s: %d accounts)"
                     % (
                         self.path,
-                        megabytes(len(changed.lines)),
+                        megabytes(changed.size),
                         megabytes(share),
                         len(store.accounts),
                     )

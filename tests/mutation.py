@@ -552,7 +552,7 @@ MUTANTS: List[Mutant] = [
     M(
         "safety",
         "store.py",
-        "if len(changed.lines) > max(share, len(account.lines)):",
+        "if changed.size > max(share, account.size):",
         "if False:",
         SAFETY,
     ),

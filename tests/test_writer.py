@@ -357,7 +357,7 @@ def test_a_change_over_its_accounts_share_is_refused_alone(data_path: Path) -> N
     """Account A is near its share of --max-size: its write is refused (507), and B's, made in the
     same version, is written."""
     loaded = store.load(str(data_path), None)
-    share = len(loaded.accounts[0].lines) + 40  # A cannot take one more queue
+    share = loaded.accounts[0].size + 40  # A cannot take one more queue
     data = service.open_data(str(data_path), None, 3600, writable=True, max_size=share * 3)
     assert batch(data, (DIGEST_A, "more"), (DIGEST_B, "more")) == [
         store.TooLarge,
