@@ -47,6 +47,7 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
+    Union,
 )
 from urllib.parse import quote, unquote_to_bytes
 
@@ -842,7 +843,7 @@ def create_app(
     resets: bool = False,
 ) -> WSGIApplication:
     """Return the WSGI callable that serves (and, if writable, writes) ``source``.  ``access_log``:
-    True logs each request to the ``qstash_lists.access`` logger, an AccessLog by its thread, False
+    True logs each request to the ``qstash_lists.access`` logger, an AccessLog in batches, False
     not; ``allowed_hosts``: see SETTINGS; ``resets``: RESET_PATH answers (writable only)."""
     allowed_hosts = frozenset(host.lower() for host in allowed_hosts)
 
@@ -864,7 +865,7 @@ def create_app(
             data = b""
         if access_log:
             ms = (time.perf_counter() - started) * 1000
-            _log_request(access_log, environ, answer, len(data), ms)
+            _log_request(access_log, environ, Request(time.time(), environ, answer, len(data), ms))
         return _body_iterable(environ, data)
 
     return app
@@ -883,40 +884,55 @@ def _body_iterable(environ: WSGIEnvironment, data: bytes) -> Iterable[bytes]:
     return file_wrapper(io.BytesIO(data))  # type: ignore[no-any-return]
 
 
-def _log_request(
-    access_log: bool | AccessLog, environ: WSGIEnvironment, answer: Answer, size: int, ms: float
-) -> None:
-    """Log a request: to an AccessLog, or (True) to the ``qstash_lists.access`` logger if it is on
-    (else the line would be made for nothing).  Who asked what (its request line: see
-    _request_line), the status, the body's size, the time it took, and why."""
-    if access_log is True and not access_logger.isEnabledFor(logging.INFO):
-        return
-    why = "" if answer.why is None else " (%s)" % answer.why
-    entry = '%s "%s" %s %d %.2fms%s' % (
-        environ.get("REMOTE_ADDR") or "-",
-        _request_line(environ),
-        answer.status[:3],
-        size,
-        ms,
-        why,
-    )
-    if access_log is True:
-        access_logger.info("%s", entry)
-    else:
-        typing.cast(AccessLog, access_log).note("%s %s\n" % (_utc(time.time()), entry))
+def _log_request(access_log: bool | AccessLog, environ: WSGIEnvironment, request: Request) -> None:
+    """Log a request: to an AccessLog, or (True) to the ``qstash_lists.access`` logger, if it is on
+    (else the request line would be made for nothing)."""
+    if access_log is not True:
+        typing.cast(AccessLog, access_log).note(request)
+    elif access_logger.isEnabledFor(logging.INFO):
+        access_logger.info("%s", request.entry(_request_line(environ)))
 
 
 # ---- The access log ------------------------------------------------------------------------------
+class Request(NamedTuple):
+    """An answered request, as the access log writes it."""
+
+    created: float  # when it was answered (a Unix time)
+    environ: WSGIEnvironment
+    answer: Answer
+    size: int  # the body's bytes sent
+    ms: float  # the time it took
+
+    def entry(self, request_line: str) -> str:
+        """Its access log entry but its time: who asked what (its request line: see
+        _request_line), the status, the body's size, the time it took, and why."""
+        why = self.answer.why
+        return '%s "%s" %s %d %.2fms%s' % (
+            self.environ.get("REMOTE_ADDR") or "-",
+            request_line,
+            self.answer.status[:3],
+            self.size,
+            self.ms,
+            "" if why is None else " (%s)" % why,
+        )
+
+
+#: What tells requests apart in the access log's cache of request lines.
+_ASKED = ("REMOTE_ADDR", "REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO", "QUERY_STRING")
+
+
 class AccessLog(logging.Handler):
-    """The command line's log handler: it notes each line, and a thread of its own writes what is
-    noted, so that a stream that does not keep up holds back no request: past
-    ACCESS_LOG_BACKLOG lines waiting, lines are dropped and counted."""
+    """The command line's log handler: a request or record notes its line, and a thread writes them
+    in batches (far cheaper than a logging call a request); a stream that does not keep up holds
+    back nothing: past ACCESS_LOG_BACKLOG, lines are dropped and counted."""
 
     def __init__(self, stream: Any) -> None:
         self._stream = stream
         self._dropped = 0  # not exact under races: a count for the operator, never a wait
         self._stopping = threading.Event()
-        self._lines: collections.deque[str] = collections.deque()  # thread-safe: no lock
+        #: What is noted and not yet written: a Request, or a line of its own (a deque is
+        #: thread-safe: no lock).
+        self._entries: collections.deque[Union[Request, str]] = collections.deque()
         self._thread = threading.Thread(
             target=self._run, name="qstash-lists access log", daemon=True
         )
@@ -927,10 +943,10 @@ class AccessLog(logging.Handler):
         """Note a log record's line (logging.Handler's hook)."""
         self.note(self.format(record) + "\n")
 
-    def note(self, line: str) -> None:
-        """Note a line to write."""
-        if len(self._lines) < ACCESS_LOG_BACKLOG:
-            self._lines.append(line)
+    def note(self, entry: Union[Request, str]) -> None:
+        """Note an answered request, or a line of its own."""
+        if len(self._entries) < ACCESS_LOG_BACKLOG:
+            self._entries.append(entry)
         else:
             self._dropped += 1
 
@@ -946,19 +962,36 @@ class AccessLog(logging.Handler):
         self._write()
 
     def _write(self) -> None:
-        lines = []
-        while self._lines:
-            lines.append(self._lines.popleft())
+        lines: List[str] = []
+        # A batch's lines share their seconds, and mostly their requests (measured).
+        seconds: Dict[int, str] = {}
+        request_lines: Dict[Tuple[Any, ...], str] = {}
+        while self._entries:
+            entry = self._entries.popleft()
+            if isinstance(entry, str):
+                lines.append(entry)
+                continue
+            whole = int(entry.created)
+            if whole not in seconds:
+                seconds[whole] = _utc(whole)[:-5]
+            asked = tuple(entry.environ.get(key) for key in _ASKED)
+            if asked not in request_lines:
+                request_lines[asked] = _request_line(entry.environ)
+            milliseconds = int(entry.created % 1 * 1000)
+            lines.append(
+                "%s.%03dZ %s\n" % (seconds[whole], milliseconds, entry.entry(request_lines[asked]))
+            )
         if self._dropped:
             dropped, self._dropped = self._dropped, 0
             lines.append(
                 "%s %d access log lines dropped: the stream did not keep up\n"
                 % (_utc(time.time()), dropped)
             )
-        if not lines:
-            return
+        if lines:
+            self._send("".join(lines))
+
+    def _send(self, text: str) -> None:
         # To the descriptor: a write that blocks holds no lock that the interpreter's exit needs.
-        text = "".join(lines)
         try:
             os.write(self._stream.fileno(), text.encode())
         except (AttributeError, io.UnsupportedOperation):

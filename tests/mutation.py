@@ -705,7 +705,7 @@ MUTANTS: List[Mutant] = [
         'raise Unauthorized("unknown token")',
         'raise Unauthorized("unknown token %r" % environ.get("HTTP_AUTHORIZATION"))',
     ),
-    M("log", "app.py", 'why = "" if answer.why is None else " (%s)" % answer.why', 'why = ""'),
+    M("log", "app.py", '"" if why is None else " (%s)" % why', '""'),
     M(
         "log",
         "app.py",
@@ -726,12 +726,7 @@ MUTANTS: List[Mutant] = [
         "self._thread.join()",
         tuple(SERVER),
     ),
-    M(
-        "log",
-        "app.py",
-        "    if access_log is True and not access_logger.isEnabledFor(logging.INFO):",
-        "    if access_log is True:",
-    ),
+    M("log", "app.py", "elif access_logger.isEnabledFor(logging.INFO):", "elif False:"),
     M(
         "log",
         "app.py",
