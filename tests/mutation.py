@@ -882,6 +882,13 @@ MUTANTS: List[Mutant] = [
         "            pass  # a wake in the child",
         ("tests/test_store.py",),
     ),
+    M(
+        "versions",
+        "store.py",
+        "lines[:at] + new.raw + lines[at + len(old.raw) :]",
+        "lines[:at] + new.raw + lines[at:]",
+        DIFFERENTIAL,
+    ),
     # --run stops everything it started; the plugin's put-back (issue 51)
     M(
         "runner",
