@@ -1246,9 +1246,8 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
         sys.stderr.write("%s\n" % exc)
         raise SystemExit(3) from None
     except store.DataError:
-        data = _data_file(
-            settings, None, required=False
-        )  # logged; answered with 503 until it is good
+        # Logged; answered with 503 until it is good.
+        data = _data_file(settings, None, required=False)
     except KeyboardInterrupt:  # Ctrl-C during the first load: a stop, not a traceback
         raise SystemExit(130) from None
     return create_app(data, allowed_hosts=settings["allowed_hosts"] or (), resets=settings["reset"])

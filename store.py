@@ -1647,7 +1647,7 @@ class DataFile:
 
     The locks, in the order they are taken: the writer's ``_writing`` (see _GroupCommit), the
     ``flock`` on the data file (see _locked), then _Served's ``_lock``; _GroupCommit's
-    ``_queue_lock`` is taken alone."""
+    ``_queue_lock`` is held only for a moment, never while another lock is awaited."""
 
     def __init__(
         self,
