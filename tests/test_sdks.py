@@ -10,6 +10,7 @@ Without them these tests are skipped, saying how to run them.
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -201,17 +202,21 @@ def test_the_readmes_serve_example_runs(tmp_path: Path) -> None:
 
 @needs_js_sdk
 def test_the_readmes_js_suite_passes_under_the_runner_as_printed(tmp_path: Path) -> None:
-    """The README's node:test file (30 tests that each reset, write and check) under its command
-    line, three runs in a row: each passes whole, and the fixture is left as it was."""
+    """The README's fixture and node:test files (two, 30 tests each that reset, write and check,
+    an account each) under its command line, at two files at once, three runs in a row: each
+    passes whole, and the fixture is left as it was."""
     folder = Path(SDK_JS).parent / "readme-js"  # the SDK's node_modules is above it
-    folder.mkdir(exist_ok=True)
-    (folder / "qstash.test.mjs").write_text(
-        readme_section_block("In your tests", "js", "node:test")
-    )
-    fixture = write_json(folder / "fixture.json", {"urlGroups": [], "queues": []})
+    shutil.rmtree(folder, ignore_errors=True)  # node --test runs every test file it finds there
+    folder.mkdir()
+    emails = readme_section_block("In your tests", "js", "node:test")
+    (folder / "emails.test.mjs").write_text(emails)
+    reports = emails.replace("test-emails", "test-reports").replace("emails-", "reports-")
+    (folder / "reports.test.mjs").write_text(reports)
+    fixture = folder / "fixture.json"
+    fixture.write_text(readme_section_block("In your tests", "json", "test-emails"))
     before = fixture.read_bytes()
     command = readme_section_block("In your tests", "sh", "--run").split()
-    assert command[0] == "qstash-lists"
+    assert command[0] == "qstash-lists" and "--test-concurrency=2" in command
     for run in range(3):
         done = subprocess.run(
             [sys.executable, str(ROOT / "app.py")] + command[1:],
@@ -220,7 +225,7 @@ def test_the_readmes_js_suite_passes_under_the_runner_as_printed(tmp_path: Path)
             text=True,
             timeout=300,
         )
-        assert done.returncode == 0 and "# pass 30" in done.stdout, (run, done.stdout, done.stderr)
+        assert done.returncode == 0 and "# pass 60" in done.stdout, (run, done.stdout, done.stderr)
         assert done.stderr == "" and fixture.read_bytes() == before
 
 
