@@ -235,11 +235,11 @@ def test_the_runner_as_printed_serves_a_copy_and_exits_with_the_commands_status(
     finds the server at once, the fixture is left as it was, nothing but faults is printed
     (--quiet), and the exit status is the command's."""
     command = readme_section_block("In your tests", "sh", "--run").strip()
-    assert command.endswith(" --run node --test")
+    assert command.endswith(" --run node --test --test-concurrency=2")
     fixture = write_json(tmp_path / "fixture.json", accounts_document())
     before = fixture.read_bytes()
     (tmp_path / "suite.py").write_text(RUN_SCRIPT)
-    args = command.split()[1:-2] + [sys.executable, "suite.py", str(status)]
+    args = command.split()[1:-3] + [sys.executable, "suite.py", str(status)]
     done = subprocess.run(
         [sys.executable, str(ROOT / "app.py")] + args,
         cwd=str(tmp_path),
