@@ -3,6 +3,7 @@ the server obeys the signals docs/deploying.md lists: waitress-serve, gunicorn (
 --preload forks workers while the master may be loading) and uWSGI (which forks its workers from
 C, where Python's fork hooks do not run).  The servers run in subprocesses on loopback ports."""
 
+import http.client
 import os
 import shutil
 import signal
@@ -18,6 +19,7 @@ from helpers import (
     ROOT,
     TOKEN_A,
     Output,
+    accounts_document,
     eventually,
     free_port,
     started,
@@ -358,3 +360,54 @@ def test_uwsgi_workers_say_stale_while_the_file_differs_and_serve_an_edit_within
                 )
             master.terminate()
             master.wait(timeout=30)
+
+
+def test_gunicorn_preload_resets_to_the_servers_start_in_a_recycled_worker(
+    tmp_path: Path,
+) -> None:
+    """docs/deploying.md's reset under gunicorn: with --preload, one worker recycled every 3
+    requests (--max-requests 3), a reset after the recycling puts the account back as the server
+    started, not as the new worker found the file."""
+    data = write_json(tmp_path / "data.json", accounts_document())
+    port = free_port()
+    command = [sys.executable, "-m"] + deploy_command("gunicorn", port)
+    at = command.index("--workers")
+    command[at : at + 2] = ["--workers", "1", "--preload", "--max-requests", "3"]
+    env = {
+        "QSTASH_LISTS_DATA": str(data),
+        "PYTHONPATH": str(ROOT),
+        "QSTASH_LISTS_WRITABLE": "1",
+        "QSTASH_LISTS_RESET": "1",
+    }
+    with started(command, env, cwd=str(tmp_path)) as master:
+        wait_until_answered(port, timeout=60)
+        first = children(master.pid)
+        auth = {"Authorization": "Bearer " + TOKEN_A}
+        made = b'{"queueName": "made"}'
+        eventually(lambda: request(port, "POST", "/v2/queues", auth, made) == 200)
+        # Requests until a recycled worker answers (one that loaded the new file itself).
+        eventually(lambda: answered(port) == 200 and children(master.pid) != first, timeout=30)
+        # A request that meets a worker's exit is closed unanswered: asked again.
+        eventually(lambda: request(port, "POST", "/qstash-lists/reset", auth, b"") == 200)
+        eventually(lambda: answered(port) == 404)
+        master.send_signal(signal.SIGTERM)
+        assert master.wait(timeout=30) == 0
+
+
+def answered(port: int) -> int:
+    """GET /v2/queues/made's status (0: closed unanswered)."""
+    return request(port, "GET", "/v2/queues/made", {"Authorization": "Bearer " + TOKEN_A}, b"")
+
+
+def request(port: int, method: str, path: str, headers: Dict[str, str], body: bytes) -> int:
+    """One request to 127.0.0.1:``port``: its status."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request(method, path, body, headers)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    except (ConnectionError, http.client.HTTPException):
+        return 0  # closed unanswered: a worker recycled
+    finally:
+        conn.close()
