@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Tuple
 
 import pytest
-from helpers import TOKEN_A, Server, accounts_document, eventually, serving, write_json
+import test_writer
+from helpers import TOKEN_A, accounts_document, eventually, serving, write_json
 from test_writes import send
 
 import app as service
@@ -115,24 +116,10 @@ def test_two_writing_servers_on_a_coarse_filesystem_lose_nothing(tmp_path: Path)
             servers = {"A": a, "B": b}
 
             def ask(which: str, method: str, route: str, body: Any) -> Tuple[int, Any]:
-                return request(servers[which], method, route, body)
+                return test_writer.ask(servers[which], method, route, TOKEN_A, body)
 
             assert two_writers(ask) == (0, 0)
             assert a.stop()[0] == 0 and b.stop()[0] == 0
-
-
-def request(server: Server, method: str, route: str, body: Any) -> Tuple[int, Any]:
-    import http.client
-
-    conn = http.client.HTTPConnection(server.host, server.port, timeout=30)
-    try:
-        data = None if body is None else json.dumps(body)
-        conn.request(method, route, data, {"Authorization": "Bearer " + TOKEN_A})
-        response = conn.getresponse()
-        raw = response.read()
-        return response.status, json.loads(raw) if raw else None
-    finally:
-        conn.close()
 
 
 def edited_in_place(path: Path, parallelism: int) -> None:
