@@ -69,6 +69,8 @@ WAITING_WRITES = 8
 _READ_CHUNK = 1 << 24
 _MISSING: Any = object()  # a key the object does not have (its fault is said once, as missing)
 _PIECES_A_CALL = 1000  # a writev's pieces, under IOV_MAX (1024)
+_AT_FDCWD = -100  # renameat2: a path relative to the working directory
+_EXCHANGE = 2  # renameat2: RENAME_EXCHANGE (the two names swapped atomically)
 #: QStash's rule for the names of URL groups and queues (a 400 otherwise).
 NAME_RULE = "only letters, digits, '-', '.' and '_', not dots alone"
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -1145,7 +1147,7 @@ def _swap(new: _Temporary, target: str, held: _Held, signature: Signature) -> bo
         if _signature(os.fstat(held.fd))._replace(ctime_ns=0) == signature._replace(ctime_ns=0):
             os.unlink(new.path)
             return True
-    _exchange(new.path, target)  # a hand's save came in between: it goes back
+    os.replace(new.path, target)  # a hand's save came in between: it goes back, over this one
     return False
 
 
@@ -1155,15 +1157,12 @@ def _exchange(one: str, other: str) -> bool:
     renameat2 = _renameat2()
     if renameat2 is None:
         return False
-    if renameat2(_AT_FDCWD, os.fsencode(one), _AT_FDCWD, os.fsencode(other), 2) == 0:
+    if renameat2(_AT_FDCWD, os.fsencode(one), _AT_FDCWD, os.fsencode(other), _EXCHANGE) == 0:
         return True
     code = ctypes.get_errno()
     if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EPERM):
         return False  # not on this filesystem (or a sandbox forbids it): os.replace does
     raise OSError(code, os.strerror(code), other)
-
-
-_AT_FDCWD = -100
 
 
 @functools.lru_cache(maxsize=None)
@@ -1175,8 +1174,13 @@ def _renameat2() -> Any:
         function = ctypes.CDLL(None, use_errno=True).renameat2
     except (AttributeError, OSError):
         return None
-    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p]
-    function.argtypes += [ctypes.c_uint]
+    function.argtypes = [
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_int,
+        ctypes.c_char_p,
+        ctypes.c_uint,
+    ]
     return function
 
 
