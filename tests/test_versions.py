@@ -157,7 +157,7 @@ def test_an_in_place_edit_of_the_same_size_soon_after_a_load_is_served(
             # Both edits within one second: wait for the start of one.
             eventually(lambda: time.time() % 1 < 0.5)
             edited_in_place(path, parallelism)
-            eventually(lambda n=parallelism: served_parallelism(data) == n, timeout=3 * 2)
+            eventually(lambda n=parallelism: served_parallelism(data) == n, timeout=3)
 
 
 def test_a_version_whose_mtime_is_set_back_is_told_by_its_ctime(tmp_path: Path) -> None:
