@@ -500,3 +500,17 @@ def test_two():
     pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly").assert_outcomes(
         passed=2
     )
+
+
+def test_an_option_of_the_runners_after_the_command_is_named(tmp_path: Path) -> None:
+    """What follows --run is the command's: an option of the runner's there goes to the command,
+    and the runner says so (here `true` ignores it)."""
+    fixture = write_json(tmp_path / "fixture.json", accounts_document())
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "app.py"), "--data", str(fixture), "--run", "true", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    said = "python app.py --run: --quiet goes to the command; put it before --run\n"
+    assert done.returncode == 0 and done.stderr.startswith(said)
