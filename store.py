@@ -1749,12 +1749,20 @@ class DataFile:
         return self._writer.write(partial(self._account_restored, digest), self._write_batch)
 
     def replace(self, raw: bytes) -> Store:
-        """Write the data file ``raw`` (checked first, as a load would: DataError) in place of the
-        latest version, as update writes; return its store."""
+        """Write the data file ``raw`` (checked first, as a load would: DataError) whole, under
+        every writer's lock, whatever the file holds now (one that does not load too: a test
+        double's put-back), and serve it; return its store."""
         fresh = parse(raw, self.path, self._served._token, self._served._fallback)
         if fresh.size > self.max_size:
             raise _too_large(self.path, fresh.size, self.max_size)
-        self._writer.write(lambda store, now: (fresh, "replaced"), self._write_batch)
+        pieces = fresh.pieces()
+        # The flock is per open file: this process's own batches wait for it as others' do.
+        with _locked(self.path, time.monotonic() + LOCK_TIMEOUT) as held:
+            with _new_version(held.target, pieces, held.stat, self.path) as new:
+                with self._served._lock:
+                    os.replace(new.path, held.target)
+                    signature = _signature(os.fstat(new.fd))
+                    self._served.put(new.fd, signature, fresh, tuple(pieces), time.monotonic())
         return fresh
 
     def _write_batch(self, batch: list[_Write], deadline: float) -> None:

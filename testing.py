@@ -93,10 +93,7 @@ class _Session:
             document = dict(document, accounts=[first] + accounts[1:])
         raw = json.dumps(document).encode()
         token = _token(raw, FIXTURE, self.server.token)
-        with tempfile.NamedTemporaryFile(dir=os.path.dirname(self.server.path), delete=False) as f:
-            f.write(raw)  # the plugin's own copy: written whole, even where a test broke it
-        os.replace(f.name, self.server.path)
-        self._data.refresh(force=True)
+        self._data.replace(raw)  # written whole, even where a test broke the file
         return token
 
 

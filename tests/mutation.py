@@ -928,8 +928,8 @@ MUTANTS: List[Mutant] = [
     M(
         "plugin",
         "testing.py",
-        "        os.replace(f.name, self.server.path)\n",
-        "        os.unlink(f.name)\n",
+        "        self._data.replace(raw)  # written whole",
+        "        pass  # written whole",
         ("tests/test_plugin.py",),
     ),
     # the writer rebuilt (issue 42): exact reuse, the lock on what is renamed, refusals, signals
