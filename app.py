@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import gzip
 import hashlib
 import http.client
 import io
@@ -116,7 +115,6 @@ FIELDS = {
     "/v2/queues": ("queues", "queue"),
     "/v2/keys": ("signing_keys", ""),
 }
-GZIP_MIN = 1024  # bodies shorter than this are not worth compressing
 #: One account's lists: no shared cache keeps them; revalidated (RFC 9111, 5.2.2).
 PRIVATE = "private, no-cache"
 NO_STORE = "no-store"  # signing keys (secrets), errors, writes, health: no cache stores them at all
@@ -327,44 +325,21 @@ def _json_answer(
 # ---- Response bodies: encoded once per loaded data file ------------------------------------------
 class Body:
     """One response body and the headers of its 200 and 304 answers, built once; its ETag a digest
-    of the bytes; its gzip twin made on first demand.  ``cache``: PRIVATE for one account's
-    lists, NO_STORE for signing keys."""
+    of the bytes.  ``cache``: PRIVATE for one account's lists, NO_STORE for signing keys."""
 
-    __slots__ = ("data", "etag", "compressible", "not_modified", "headers", "_gzip")
+    __slots__ = ("data", "etag", "not_modified", "headers")
 
-    def __init__(
-        self, data: bytes, cache: str, etag: str = "", encoding: Optional[str] = None
-    ) -> None:
-        self.data, self.etag = (
-            data,
-            etag or '"%s"' % hashlib.blake2b(data, digest_size=16).hexdigest(),
-        )
-        self.compressible = encoding is None and len(data) >= GZIP_MIN
-        # A 304 repeats these of the 200 (RFC 9110, 15.4.5); Vary: the body depends on
-        # Accept-Encoding (12.5.5).
+    def __init__(self, data: bytes, cache: str) -> None:
+        self.data = data
+        self.etag = '"%s"' % hashlib.blake2b(data, digest_size=16).hexdigest()
+        # A 304 repeats these of the 200 (RFC 9110, 15.4.5).
         self.not_modified = [
             ("ETag", self.etag),
             ("Cache-Control", cache),
             ("X-Content-Type-Options", "nosniff"),
         ]
-        if self.compressible or encoding is not None:
-            self.not_modified.append(("Vary", "Accept-Encoding"))
         self.headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
         self.headers += self.not_modified
-        if encoding is not None:
-            self.headers.append(("Content-Encoding", encoding))
-        self._gzip: Optional[Body] = None
-
-    def gzipped(self) -> Body:
-        """Return the gzip twin of this body, compressing on first use."""
-        if self._gzip is None:  # two threads may both compress it: the same bytes, and one is kept
-            self._gzip = Body(
-                gzip.compress(self.data, compresslevel=6, mtime=0),
-                self.not_modified[1][1],
-                self.etag[:-1] + '-gzip"',
-                "gzip",
-            )
-        return self._gzip
 
 
 def body(account: store.Account, path: str, name: Optional[str]) -> Optional[Body]:
@@ -473,21 +448,6 @@ def _latin1(text: str) -> bytes:
     """Return the bytes behind a PEP 3333 native string (other characters, from a server that breaks
     it, kept)."""
     return text.encode("latin-1", "backslashreplace")
-
-
-def _accepts_gzip(header: str) -> bool:
-    """Tell whether an Accept-Encoding value admits gzip (RFC 9110, 12.5.3: q=0 refuses; gzip beats
-    *)."""
-    weights: Dict[str, str] = {}
-    for item in header.lower().replace(" ", "").replace("\t", "").split(","):
-        weights.setdefault(
-            item.partition(";")[0], item.partition(";q=")[2].partition(";")[0] or "1"
-        )
-    q = weights.get("gzip", weights.get("x-gzip", weights.get("*", "0")))
-    try:
-        return float(q) > 0
-    except ValueError:
-        return False
 
 
 def _matches(header: str, etag: str) -> bool:
@@ -647,16 +607,13 @@ def _account(
 
 def read(environ: WSGIEnvironment, account: store.Account, target: Target) -> Answer:
     """Answer a GET (or HEAD) of a collection or one of its items: 200, or 304 if the client has
-    it; gzip where it is asked for and pays."""
+    it."""
     found = body(account, target.collection, target.name)
     if found is None:
         raise NotFound(
             "not found: the data file gives this account no signing keys (its signingKeys)",
             why="no signing keys",
         )
-    accepted = environ.get("HTTP_ACCEPT_ENCODING")
-    if found.compressible and accepted and _accepts_gzip(accepted):
-        found = found.gzipped()
     # Fresh lists each time: some servers (wsgiref) add their own headers to ours.
     if_none_match = environ.get("HTTP_IF_NONE_MATCH")
     if if_none_match and _matches(if_none_match, found.etag):

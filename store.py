@@ -464,7 +464,8 @@ class Account:
             fields.append((b'"signingKeys": ' + keys.encode(),))
         # Each item encoded once, fetched in C.
         groups = b",\n  ".join(map(attrgetter("lines"), self.url_groups.values()))
-        for key, joined in ((b"urlGroups", groups), (b"queues", self.queue_lines)):
+        queues = b",\n  ".join(map(attrgetter("raw"), self.queues.values()))
+        for key, joined in ((b"urlGroups", groups), (b"queues", queues)):
             if joined:
                 fields.append((b'"%s": [\n  ' % key, joined, b"\n ]"))
             else:
@@ -476,22 +477,6 @@ class Account:
             pieces.extend(each)
         pieces.append(b"}")
         return tuple(pieces)
-
-    @cached_property
-    def queue_lines(self) -> bytes:
-        """Its queues in the data file, one a line (see lines)."""
-        return b",\n  ".join(map(attrgetter("raw"), self.queues.values()))
-
-    def with_queue(self, queues: Mapping[str, Queue], old: Queue, new: Queue) -> "Account":
-        """This account with ``queues``: its queues, ``new`` in the place of ``old``.  The new
-        account's queue lines are this one's with the one queue's bytes replaced, not joined
-        again (docs/performance.md; test_differential holds the two the same).  ``old``'s bytes
-        are found once: they begin with its createdAt, as only a queue does, and hold its name,
-        which no other queue of the account has."""
-        changed = dataclasses.replace(self, queues=queues)
-        lines, at = self.queue_lines, self.queue_lines.find(old.raw)
-        changed.__dict__["queue_lines"] = lines[:at] + new.raw + lines[at + len(old.raw) :]
-        return changed
 
     @cached_property
     def size(self) -> int:
@@ -530,19 +515,6 @@ class Store:
             pieces.extend(account.lines)
         pieces.append(FILE_CLOSE)
         return pieces
-
-    def compact(self) -> bytes:
-        """The data file of this store in one line (the API's compact JSON): what the writer writes
-        where its layout would be over --max-size, as a compact file made no larger gives it."""
-        documents = []
-        for account in self.accounts:
-            document: dict[str, Any] = dict([account.credential] if account.credential else [])
-            if account.signing_keys is not None:
-                document["signingKeys"] = dict(zip(("current", "next"), account.signing_keys))
-            document["urlGroups"] = list(account.url_groups.values())
-            document["queues"] = list(account.queues.values())
-            documents.append(document)
-        return encode(documents[0] if self.single_account else {"accounts": documents}) + b"\n"
 
     @cached_property
     def size(self) -> int:
@@ -1805,10 +1777,6 @@ class DataFile:
         if fresh is store:
             return True
         pieces = fresh.pieces()
-        if sum(map(len, pieces)) > self.max_size:  # a compact file near the limit, made no larger
-            pieces = [fresh.compact()]
-            if len(pieces[0]) > self.max_size:
-                raise _too_large(self.path, len(pieces[0]), self.max_size)
         with _new_version(held.target, pieces, held.stat, self.path) as new:
             with served._lock:  # a read waits for the swap only
                 if not _swap(new, held.target, held, found.signature):
@@ -1853,10 +1821,7 @@ class DataFile:
             items = {key: value for key, value in items.items() if key != name}
         else:
             items = {**items, name: new}
-        if isinstance(item, Queue) and isinstance(new, Queue):  # in its place: its bytes replaced
-            changed = account.with_queue(items, item, new)
-        else:
-            changed = dataclasses.replace(account, **{kind: items})  # type: ignore[arg-type]
+        changed = dataclasses.replace(account, **{kind: items})  # type: ignore[arg-type]
         return self._with_account(store, account, changed), did
 
     def _account_restored(self, digest: bytes, store: Store, now: int) -> tuple[Store, str]:
@@ -1903,8 +1868,8 @@ class DataFile:
 
     def _check_sizes(self, store: Store, account: Account, fresh: Store, changed: Account) -> None:
         """TooLarge if ``changed`` in place of ``account`` makes the account larger and over its
-        share of --max-size (none takes the others' room), or ``fresh`` larger than ``store`` and
-        over --max-size itself: a change that makes either no larger is never refused for size."""
+        share of --max-size (none takes the others' room; one that holds more may shrink), or
+        ``fresh``'s file over --max-size (it would not load again)."""
         share = self.max_size // len(store.accounts)
         if changed.size > max(share, account.size):
             raise TooLarge(
@@ -1918,7 +1883,7 @@ class DataFile:
                     )
                 ]
             )
-        if fresh.size > max(self.max_size, store.size):
+        if fresh.size > self.max_size:
             raise _too_large(self.path, fresh.size, self.max_size)
 
     # -- The reloader thread and forks -------------------------------------------------------------

@@ -358,7 +358,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         type=int,
         nargs="*",
         default=[100, 10000],
-        help="queue counts to serve (default: 100 10000; 10000 adds gzip and 304)",
+        help="queue counts to serve (default: 100 10000; 10000 adds 304)",
     )
     parser.add_argument(
         "--noise",
@@ -519,23 +519,6 @@ def main(argv: Optional[List[str]] = None) -> int:
                 finally:
                     base.close()
                 if size == 10000:
-                    gz = dict(AUTH, **{"Accept-Encoding": "gzip"})
-                    _, gz_headers, gz_body = fetch(url, gz)
-                    assert header(gz_headers, "content-encoding") == "gzip", gz_headers
-                    ratio, _ = compare(
-                        "10000 queues, gzip",
-                        drive(svc, gz),
-                        drive(svc, AUTH),
-                        args.rounds,
-                        rows,
-                        "gzip",
-                        "identity",
-                    )
-                    summary.append(
-                        "gzip: %d of %d bytes on the wire (1/%.1f, target <= 1/8); requests/s "
-                        "gzip/identity %.2f (target >= 1.5)"
-                        % (len(gz_body), len(body), len(body) / len(gz_body), ratio)
-                    )
                     cond = dict(AUTH, **{"If-None-Match": header(headers, "etag") or ""})
                     assert fetch(url, cond)[0] == 304
                     ratio, _ = compare(

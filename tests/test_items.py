@@ -1,6 +1,5 @@
 """One URL group or queue by name: GET /v2/topics/{urlGroupName} and GET /v2/queues/{queueName}."""
 
-import gzip
 import json
 from pathlib import Path
 from typing import Any, Dict, List, Optional
@@ -169,22 +168,6 @@ def test_etag_and_if_none_match(app: Any) -> None:
     assert other.status == 200 and other.headers["ETag"] != etag
     stranger = call(app, "/v2/queues/emails", headers={"If-None-Match": etag})
     assert stranger.status == 401  # auth before the conditional
-
-
-def test_gzip_when_asked_and_large_enough(app: Any) -> None:
-    plain = call(app, "/v2/topics/big", headers=bearer(TOKEN_A))
-    packed = call(
-        app, "/v2/topics/big", headers=dict(bearer(TOKEN_A), **{"Accept-Encoding": "gzip"})
-    )
-    assert (
-        packed.headers["Content-Encoding"] == "gzip" and packed.headers["Vary"] == "Accept-Encoding"
-    )
-    assert gzip.decompress(packed.body) == plain.body
-    assert json.loads(plain.body) == served(BIG_GROUP)
-    small = call(
-        app, "/v2/queues/emails", headers=dict(bearer(TOKEN_A), **{"Accept-Encoding": "gzip"})
-    )
-    assert "Content-Encoding" not in small.headers
 
 
 def test_bodies_are_encoded_once_per_account_and_only_for_names_that_exist(
