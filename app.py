@@ -138,7 +138,7 @@ DEV_TOKEN_HOST = (
 #: waitress's settings, measured (docs/deploying.md); the benchmark's baseline and
 #: waitress-serve's recipe use them.
 WAITRESS_SETTINGS: Dict[str, Any] = {
-    "ident": "qstash-lists",  # the Server header: no version numbers (--record knows itself by it)
+    "ident": "qstash-lists",  # the Server header: no version numbers
     # Bodies go by reference (wsgi.file_wrapper): a slow reader holds no worker, as the default
     # watermark would.
     "outbuf_high_watermark": 1 << 40,
@@ -1255,7 +1255,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, _wake_all)
     if args.record:
-        return _record(settings, args.signing_keys)
+        return _record(settings)
     if args.check:
         return _check(settings, parser.prog)
     if args.run is not None:
@@ -1637,17 +1637,12 @@ def _add_switches(parser: argparse.ArgumentParser) -> None:
         help="serve a copy of the data file (writable, --reset) on a free port, run COMMAND with "
         "QSTASH_URL and QSTASH_TOKEN set, stop, and exit with its status (last on the line)",
     )
-    parser.add_argument(
-        "--signing-keys",
-        action="store_true",
-        help="with --record: record the account's signing keys too (secrets; default: not)",
-    )
     parser.add_argument("--version", action="version", version="%(prog)s " + __version__)
 
 
 #: The command line's own options, which --run hands to the command when they follow it.
 _OPTIONS = frozenset(
-    ["--writable", "--reset", "--quiet", "--check", "--example", "--record", "--signing-keys"]
+    ["--writable", "--reset", "--quiet", "--check", "--example", "--record"]
     + [setting.option for setting in SETTINGS.values() if setting.option]
 )
 
@@ -1756,28 +1751,24 @@ def _stop_unfinished(signum: int, frame: Any) -> None:
 
 
 # ---- --record: a copy of a real account ----------------------------------------------------------
-def _record(settings: Mapping[str, Any], signing_keys: bool) -> int:
-    """Write the account of QSTASH_TOKEN at --upstream to the data file, or leave it as it was (one
-    deadline)."""
+def _record(settings: Mapping[str, Any]) -> int:
+    """Write the account of QSTASH_TOKEN at --upstream to the data file within --record-timeout in
+    all, or leave the file as it was."""
     token, path, timeout = settings["token"], settings["data"], settings["record_timeout"]
     if token is None:
         return _fail(["QSTASH_TOKEN is not set: --record reads the account whose token it is"])
-    download = _Download(settings["upstream"], token, settings["max_size"], timeout, signing_keys)
+    download = _Download(settings["upstream"], token, settings["max_size"], timeout)
     # A thread the process leaves behind if time runs out: a socket timeout bounds a read, not an
     # answer or a lookup.
     worker = threading.Thread(target=download.run, name="qstash-lists --record", daemon=True)
     worker.start()
     worker.join(timeout)
-    if download.error is not None:
-        return _fail([str(download.error) + "; %s is unchanged" % path])
     if download.document is None:
-        return _fail(
-            [
-                "GET %s%s: no whole answer within %g s (--record-timeout, "
-                "QSTASH_LISTS_RECORD_TIMEOUT); %s is unchanged"
-                % (download.base, download.asking, timeout, path)
-            ]
+        fault = download.error or (
+            "GET %s%s: no whole answer within %g s (--record-timeout, QSTASH_LISTS_RECORD_TIMEOUT)"
+            % (download.base, download.asking, timeout)
         )
+        return _fail(["%s; %s is unchanged" % (fault, path)])
     if download.dropped:
         left_out = ", ".join(sorted(download.dropped))
         print("%s: left out what a data file does not hold: %s" % (path, left_out), file=sys.stderr)
@@ -1793,106 +1784,65 @@ class _Download:
     """--record's download of one account, run in a thread: the request in flight (for the message
     if time runs out), then the document and the names it left out, or the error."""
 
-    def __init__(
-        self, base: str, token: str, max_size: int, timeout: float, signing_keys: bool
-    ) -> None:
+    def __init__(self, base: str, token: str, max_size: int, timeout: float) -> None:
         self.base, self.token, self.max_size, self.timeout = base, token, max_size, timeout
-        self.signing_keys = signing_keys
         self.asking = "/v2/topics"
         self.document: Optional[Dict[str, Any]] = None
         self.dropped: set[str] = set()
-        self.error: Optional[ConfigError] = None
+        self.error: Optional[str] = None
 
     def run(self) -> None:
-        try:
-            document: Dict[str, Any] = {
-                key: [store.from_api(item, key, self.dropped) for item in self.fetch(route)]
-                for key, route in (("urlGroups", "/v2/topics"), ("queues", "/v2/queues"))
-            }
-            if self.signing_keys:
-                keys = self.fetch("/v2/keys")
-                document["signingKeys"] = {k: keys.get(k) for k in ("current", "next")}
-        except ConfigError as exc:
-            self.error = exc
-            return
+        document = {}
+        for key, route in (("urlGroups", "/v2/topics"), ("queues", "/v2/queues")):
+            self.asking = route
+            try:
+                items = self.fetch(route)
+            except ConfigError as exc:
+                self.error = str(exc)
+                return
+            document[key] = [store.from_api(item, key, self.dropped) for item in items]
         self.document = document
 
-    def fetch(self, route: str) -> Any:
-        self.asking = route
-        return _fetch(self.base, route, self.token, self.max_size, self.timeout)
+    def fetch(self, route: str) -> List[Dict[str, Any]]:
+        """GET ``route``: a JSON array of objects, or ConfigError."""
+        url = self.base + route
+        request = urllib.request.Request(url, headers={"Authorization": "Bearer " + self.token})
+        try:
+            # No redirect: urllib would send the Authorization header on to any host.
+            opener = urllib.request.build_opener(_NoRedirects)
+            # A read may last past the deadline: the deadline ends the run first, and says so.
+            with opener.open(request, timeout=self.timeout + 1) as response:
+                raw = store.read_at_most(response.read, self.max_size)
+        except urllib.error.HTTPError as exc:
+            fix = "check QSTASH_TOKEN" if exc.code in (401, 403) else _WHICH_API
+            if exc.code >= 500:
+                fix = "try again later"
+            raise ConfigError(
+                "GET %s: answered %d %s; %s" % (url, exc.code, exc.reason, fix)
+            ) from None
+        except (urllib.error.URLError, OSError, UnicodeError, http.client.HTTPException) as exc:
+            raise ConfigError(
+                "GET %s: no whole answer (%s); check --upstream (QSTASH_LISTS_UPSTREAM) and the "
+                "network" % (url, getattr(exc, "reason", None) or type(exc).__name__)
+            ) from None
+        if raw is None:
+            too_large = "the answer is over %s (--max-size)" % store.megabytes(self.max_size)
+            raise ConfigError("GET %s: %s" % (url, too_large))
+        try:
+            answer = json.loads(raw)
+        except (ValueError, RecursionError):
+            raise ConfigError("GET %s: the answer is not JSON; %s" % (url, _WHICH_API)) from None
+        if type(answer) is not list or not all(type(item) is dict for item in answer):
+            raise ConfigError("GET %s: not a JSON array of objects; %s" % (url, _WHICH_API))
+        return answer
 
 
-#: What to do, said where --record's upstream is this very server, not QStash.
-_OURS = (
-    "that is a qstash-lists server, not QStash; set --upstream (QSTASH_LISTS_UPSTREAM) to "
-    "QStash's API"
-)
 _WHICH_API = "is --upstream (QSTASH_LISTS_UPSTREAM) the QStash API?"
-
-
-def _fetch(base: str, route: str, token: str, max_size: int, timeout: float) -> Any:
-    """GET ``route`` at ``base``: a JSON array of objects (/v2/keys: one), or ConfigError."""
-    request = urllib.request.Request(base + route, headers={"Authorization": "Bearer " + token})
-    where = "GET %s%s" % (base, route)
-    # A read may last past the run's deadline (timeout): the deadline ends the run first, and says
-    # so.
-    try:
-        opener = urllib.request.build_opener(_NoRedirects)
-        with opener.open(request, timeout=timeout + 1) as response:
-            if response.headers.get("Server") == WAITRESS_SETTINGS["ident"]:
-                raise ConfigError("%s: %s, such as https://qstash.upstash.io" % (where, _OURS))
-            raw = store.read_at_most(response.read, max_size)
-    except urllib.error.HTTPError as exc:
-        raise ConfigError(
-            "%s: answered %d %s; %s" % (where, exc.code, exc.reason, _answered_fix(exc))
-        ) from None
-    except (urllib.error.URLError, OSError, UnicodeError) as exc:
-        raise ConfigError(
-            "%s: no answer (%s); check --upstream (QSTASH_LISTS_UPSTREAM) and the network"
-            % (where, getattr(exc, "reason", exc))
-        ) from None
-    except http.client.HTTPException as exc:  # an answer cut short or malformed
-        raise ConfigError(
-            "%s: a broken answer (%s); try again later" % (where, type(exc).__name__)
-        ) from None
-    if raw is None:
-        raise ConfigError(
-            "%s: the answer is over %s (--max-size)" % (where, store.megabytes(max_size))
-        )
-    return _answer(raw, base + route, route)
-
-
-def _answered_fix(exc: urllib.error.HTTPError) -> str:
-    """What to do about an error status from --record's upstream."""
-    if exc.headers.get("Server") == WAITRESS_SETTINGS["ident"]:
-        return _OURS
-    if exc.code in (401, 403):
-        return "check QSTASH_TOKEN"
-    if exc.code >= 500:
-        return "try again later"
-    if 300 <= exc.code < 400:  # a redirect: the token goes nowhere else
-        return "not followed; %s (%s)" % (_WHICH_API, exc.headers.get("Location", "no Location"))
-    return _WHICH_API
-
-
-def _answer(raw: bytes, url: str, route: str) -> Any:
-    """The JSON of an answer of --record's upstream ``url``, as ``route`` answers it; or
-    ConfigError."""
-    try:
-        answer = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        what = "nested too deeply" if isinstance(exc, RecursionError) else "not JSON"
-        raise ConfigError("GET %s: the answer is %s; %s" % (url, what, _WHICH_API)) from None
-    if route == "/v2/keys":
-        return answer if type(answer) is dict else {}
-    if type(answer) is not list or not all(type(item) is dict for item in answer):
-        raise ConfigError("%s: expected a JSON array of objects; %s" % (url, _WHICH_API))
-    return answer
 
 
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: Any) -> None:
-        return None  # urllib would send the Authorization header on to any host: an error instead
+        return None  # an error, answered with its status
 
 
 if __name__ == "__main__":
