@@ -187,6 +187,7 @@ class HTTPError(Exception):
     status = HTTPStatus.INTERNAL_SERVER_ERROR
     message = "internal server error; the server log has the details"
     headers: Sequence[Tuple[str, str]] = ()
+    why: Optional[str] = None
 
     def __init__(
         self,
@@ -196,7 +197,7 @@ class HTTPError(Exception):
     ) -> None:
         self.message = message or self.message
         self.headers = list(self.headers) + list(headers)
-        self.why = why
+        self.why = why or self.why
         super().__init__(self.message)
 
     def render(self) -> Answer:
@@ -271,12 +272,18 @@ class Conflict(HTTPError):
     """A write on a data file that was edited by hand and does not load."""
 
     status = HTTPStatus.CONFLICT
+    why = "file does not load"
+    message = (
+        "conflict: the data file on the server was edited and does not load; nothing was written; "
+        "the server log names the fault"
+    )
 
 
 class PreconditionFailed(HTTPError):
-    """A write past a limit of what writes may make."""
+    """A write past a limit of what writes may make (the message names it)."""
 
     status = HTTPStatus.PRECONDITION_FAILED
+    why = "over a limit"
 
 
 class PayloadTooLarge(HTTPError):
@@ -289,12 +296,22 @@ class InsufficientStorage(HTTPError):
     """A write that would take the file over --max-size, or its account over its share."""
 
     status = HTTPStatus.INSUFFICIENT_STORAGE
+    why = "too large"
+    message = (
+        "insufficient storage: the data file would be over the server's --max-size, or this "
+        "account over its share of it; nothing was written"
+    )
 
 
 class ServiceUnavailable(HTTPError):
     """No good version of the data file yet, or a write that cannot be made now: try again."""
 
     status = HTTPStatus.SERVICE_UNAVAILABLE
+    why = "not written"
+    message = (
+        "service unavailable: the data file cannot be written now; nothing was written; the server "
+        "log says why"
+    )
     headers = (("Retry-After", "1"),)
 
 
@@ -723,47 +740,24 @@ def write(
     return _written(did)
 
 
-class Refusal(NamedTuple):
-    """What a write that the data file's state refused answers."""
-
-    error: typing.Type[HTTPError]
-    message: Optional[str]  # None: the refusal's own words (a limit, which names no file)
-    why: str  # for the access log
-
-
-#: Each kind of refusal (store's DataError and its subclasses); a kind not listed answers as its
-#: nearest parent that is (see _refused).
-REFUSALS: Dict[type, Refusal] = {
-    store.LimitReached: Refusal(PreconditionFailed, None, "over a limit"),
-    store.Unloadable: Refusal(
-        Conflict,
-        "conflict: the data file on the server was edited and does not load; nothing was written; "
-        "the server log names the fault",
-        "file does not load",
-    ),
-    store.TooLarge: Refusal(
-        InsufficientStorage,
-        "insufficient storage: the data file would be over the server's --max-size, or this "
-        "account over its share of it; nothing was written",
-        "too large",
-    ),
-    store.DataError: Refusal(
-        ServiceUnavailable,
-        "service unavailable: the data file cannot be written now; nothing was written; the server "
-        "log says why",
-        "not written",
-    ),
+#: What a refused write answers, by the kind of store.DataError (a kind not listed: as its nearest
+#: parent that is).
+REFUSALS: Dict[type, typing.Type[HTTPError]] = {
+    store.LimitReached: PreconditionFailed,
+    store.Unloadable: Conflict,
+    store.TooLarge: InsufficientStorage,
+    store.DataError: ServiceUnavailable,
 }
 
 
 def _refused(exc: store.DataError) -> HTTPError:
-    """The answer to a refused write: its kind's, or its nearest parent's, along its MRO.  A fault
-    that names the file is logged (the answer does not name it)."""
-    refusal = next(REFUSALS[cls] for cls in type(exc).__mro__ if cls in REFUSALS)
-    if refusal.message is None:
-        return refusal.error("precondition failed: %s; nothing was written" % exc, why=refusal.why)
+    """The answer to a refused write.  A limit's names no file and is the answer's own words; any
+    other is logged, and the answer does not name the file."""
+    error = next(REFUSALS[cls] for cls in type(exc).__mro__ if cls in REFUSALS)
+    if isinstance(exc, store.LimitReached):
+        return error("precondition failed: %s; nothing was written" % exc)
     logger.error("%s", exc.faults[0] if exc.faults else exc)  # it says nothing was written
-    return refusal.error(refusal.message, why=refusal.why)
+    return error()
 
 
 def reset(source: store.DataFile, account: store.Account) -> Answer:

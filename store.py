@@ -8,10 +8,8 @@ app.py --check --data FILE``.
 """
 
 import contextlib
-import ctypes
 import dataclasses
 import errno
-import functools
 import hashlib
 import json
 import logging
@@ -19,7 +17,6 @@ import os
 import re
 import socket
 import stat
-import sys
 import tempfile
 import threading
 import time
@@ -69,8 +66,6 @@ WAITING_WRITES = 8
 _READ_CHUNK = 1 << 24
 _MISSING: Any = object()  # a key the object does not have (its fault is said once, as missing)
 _PIECES_A_CALL = 1000  # a writev's pieces, under IOV_MAX (1024)
-_AT_FDCWD = -100  # renameat2: a path relative to the working directory
-_EXCHANGE = 2  # renameat2: RENAME_EXCHANGE (the two names swapped atomically)
 #: QStash's rule for the names of URL groups and queues (a 400 otherwise).
 NAME_RULE = "only letters, digits, '-', '.' and '_', not dots alone"
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -1104,56 +1099,12 @@ def _unwritable(source: str, exc: OSError, target: str) -> str:
 
 def _swap(new: _Temporary, target: str, held: _Held, signature: Signature) -> bool:
     """Rename ``new`` over ``target`` if that is still the file ``held``, as the version
-    ``signature``; tell whether it was done.  Where Linux can exchange the two names atomically
-    (renameat2), the file it displaced is checked after the exchange, and put back if it is not
-    the one held as it was read (a save by hand meanwhile, by rename or in place, is kept).
-    Elsewhere the check comes just before an os.replace, and a save in the microseconds between
-    is overwritten."""
-    if not _exchange(new.path, target):
-        if not held.names(target, signature):
-            return False
-        os.replace(new.path, target)
-        return True
-    # The rename changed the displaced file's ctime: its other times say whether it was written.
-    if _same_file(os.stat(new.path), held.stat):
-        if _signature(os.fstat(held.fd))._replace(ctime_ns=0) == signature._replace(ctime_ns=0):
-            os.unlink(new.path)
-            return True
-    os.replace(new.path, target)  # a hand's save came in between: it goes back, over this one
-    return False
-
-
-def _exchange(one: str, other: str) -> bool:
-    """Exchange the names ``one`` and ``other`` atomically (Linux's renameat2 RENAME_EXCHANGE);
-    False where the system or its filesystem cannot."""
-    renameat2 = _renameat2()
-    if renameat2 is None:
+    ``signature``; tell whether it was done.  A save by hand in the microseconds between the check
+    and the rename is overwritten (as git's and editors' own writes would be)."""
+    if not held.names(target, signature):
         return False
-    if renameat2(_AT_FDCWD, os.fsencode(one), _AT_FDCWD, os.fsencode(other), _EXCHANGE) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EPERM):
-        return False  # not on this filesystem (or a sandbox forbids it): os.replace does
-    raise OSError(code, os.strerror(code), other)
-
-
-@functools.lru_cache(maxsize=None)
-def _renameat2() -> Any:
-    """libc's renameat2, or None (not Linux, or a libc before glibc 2.28)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        function = ctypes.CDLL(None, use_errno=True).renameat2
-    except (AttributeError, OSError):
-        return None
-    function.argtypes = [
-        ctypes.c_int,
-        ctypes.c_char_p,
-        ctypes.c_int,
-        ctypes.c_char_p,
-        ctypes.c_uint,
-    ]
-    return function
+    os.replace(new.path, target)
+    return True
 
 
 def _write_all(fd: int, pieces: list[bytes]) -> None:

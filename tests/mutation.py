@@ -494,8 +494,8 @@ MUTANTS: List[Mutant] = [
     M(
         "safety",
         "store.py",
-        "        if not held.names(target, signature):\n            return False",
-        "        if False:\n            return False",
+        "    if not held.names(target, signature):\n        return False",
+        "    if False:\n        return False",
         ("tests/test_write_safety.py", "tests/test_writer.py"),
     ),
     M(
@@ -831,13 +831,6 @@ MUTANTS: List[Mutant] = [
         "    finally:\n        pass",
         VERSIONS,
     ),
-    M(
-        "versions",
-        "store.py",
-        "    if _same_file(os.stat(new.path), held.stat):",
-        "    if True:",
-        VERSIONS,
-    ),
     M("versions", "store.py", "    if exc.errno == errno.EBUSY:", "    if False:", VERSIONS),
     M(
         "versions",
@@ -929,8 +922,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writer",
         "app.py",
-        "    refusal = next(REFUSALS[cls] for cls in type(exc).__mro__ if cls in REFUSALS)",
-        "    refusal = REFUSALS.get(type(exc), REFUSALS[store.DataError])",
+        "    error = next(REFUSALS[cls] for cls in type(exc).__mro__ if cls in REFUSALS)",
+        "    error = REFUSALS.get(type(exc), REFUSALS[store.DataError])",
         WRITES,
     ),
     M(

@@ -152,9 +152,7 @@ def test_a_round_trip_serves_the_same_lists(tmp_path: Path) -> None:
     assert TOKEN_A not in out + err + copy.read_text()
 
 
-def test_unknown_fields_and_signing_keys_are_left_out_by_name(
-    fake: Fake, tmp_path: Path
-) -> None:
+def test_unknown_fields_and_signing_keys_are_left_out_by_name(fake: Fake, tmp_path: Path) -> None:
     fake.answers = good(extra=True)
     path = tmp_path / "data.json"
     code, out, err = record(fake, path)
@@ -283,8 +281,7 @@ def test_a_redirect_is_not_followed_with_the_token(fake: Fake, tmp_path: Path) -
     url = "http://127.0.0.1:%d" % fake.server_address[1]
     assert (code, out) == (2, "")
     assert err == (
-        "GET %s/v2/topics: answered 302 Found; %s; %s is unchanged\n"
-        % (url, UPSTREAM, path)
+        "GET %s/v2/topics: answered 302 Found; %s; %s is unchanged\n" % (url, UPSTREAM, path)
     )
     assert len(fake.seen) == 1 and path.read_bytes() == BEFORE
 

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import subprocess
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Tuple
@@ -251,7 +250,6 @@ def test_a_single_file_bind_mount_is_named_with_its_fix(
     def busy(*args: Any) -> Any:
         raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), str(path))
 
-    monkeypatch.setattr(store, "_exchange", lambda one, other: False)
     monkeypatch.setattr(os, "replace", busy)
     response = send(service.create_app(data, False), "POST", "/v2/queues", {"queueName": "q"})
     assert response.status == 503
@@ -262,33 +260,6 @@ def test_a_single_file_bind_mount_is_named_with_its_fix(
         "it; it is unchanged" % path
     ]
     assert ".qstash-lists-tmp" not in caplog.text
-    data.close()
-
-
-def test_a_save_by_hand_just_before_the_rename_is_kept(tmp_path: Path, monkeypatch: Any) -> None:
-    """An editor saves (by rename) while a write is held just before its rename: on Linux the
-    writer exchanges the two names atomically, finds it displaced the editor's file, puts it back
-    and makes its write on it; both are kept."""
-    if store._renameat2() is None:
-        pytest.skip("no renameat2 here: the README names the window this leaves")
-    path = write_json(tmp_path / "data.json", accounts_document())
-    data = service.open_data(str(path), None, 3600, writable=True)
-    real, saved = store._exchange, threading.Event()
-
-    def editor_first(one: str, other: str) -> bool:
-        if not saved.is_set():  # the pause before the rename: the editor saves meanwhile
-            saved.set()
-            document = accounts_document()
-            document["accounts"][0]["queues"] = []
-            write_json(tmp_path / "saved.json", document)
-            os.replace(tmp_path / "saved.json", path)
-        return real(one, other)
-
-    monkeypatch.setattr(store, "_exchange", editor_first)
-    assert data.update(DIGEST_A, "queues", "w", store.upsert_queue, "w", None, None) == (
-        "queue created"
-    )
-    assert list(store.load(str(path), None).accounts[0].queues) == ["w"]  # the edit, and the write
     data.close()
 
 

@@ -258,14 +258,10 @@ def edit_during_the_write(monkeypatch: Any, path: Path, edit: Any, times: int = 
     monkeypatch.setattr(os, "fsync", fsync)
 
 
-@pytest.mark.parametrize("swap", ["exchange", "rename"])
 @pytest.mark.parametrize("how", ["in place", "renamed"])
 def test_a_hand_edit_saved_during_a_write_is_kept_and_the_write_made_on_it(
-    path: Path, monkeypatch: Any, how: str, swap: str
+    path: Path, monkeypatch: Any, how: str
 ) -> None:
-    """By Linux's atomic exchange of the two names, or (elsewhere) a check and a rename."""
-    if swap == "rename":
-        monkeypatch.setattr(store, "_exchange", lambda one, other: False)
     app = writable(path)
     document = on_disk(path)
     document["accounts"][1]["queues"].append(dict(ALPHA_QUEUE, name="by-hand"))
