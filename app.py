@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import fnmatch
 import hashlib
 import http.client
 import io
@@ -95,6 +96,9 @@ _DEV_DIGEST = hashlib.sha256(DEV_TOKEN.encode()).digest()
 HEALTH_PATH = "/healthz"
 #: With --reset (and --writable): puts the token's account back as the server started (see reset).
 RESET_PATH = "/qstash-lists/reset"
+#: With --reset: a suite's bad days for the token's account (see BadDays), and what it asked.
+FAULTS_PATH = "/qstash-lists/faults"
+REQUESTS_PATH = "/qstash-lists/requests"
 #: The route table, the one place that names the paths: a path ("{name}" is an item's name, one
 #: segment) -> the methods it answers.  GET (and so HEAD) reads; the others write, with --writable.
 ROUTES: Dict[str, Tuple[str, ...]] = {
@@ -108,6 +112,8 @@ ROUTES: Dict[str, Tuple[str, ...]] = {
     "/v2/keys": ("GET",),
     HEALTH_PATH: ("GET",),
     RESET_PATH: ("POST",),
+    FAULTS_PATH: ("POST", "DELETE"),
+    REQUESTS_PATH: ("GET",),
 }
 #: What each collection answers: the store.Account field, and what one of its items is called.
 FIELDS = {
@@ -119,6 +125,8 @@ FIELDS = {
 PRIVATE = "private, no-cache"
 NO_STORE = "no-store"  # signing keys (secrets), errors, writes, health: no cache stores them at all
 MAX_BODY = 64 * 1024  # the largest body a write takes (QStash's carry a few hundred bytes)
+#: What a request's environ carries for the request log (PEP 3333: a name of the app's own).
+ACCOUNT_KEY, BODY_KEY = "qstash_lists.account", "qstash_lists.body"
 #: The 503 while no good version of the data file has been loaded (see make_app).
 UNAVAILABLE = (
     "service unavailable: the server's data file cannot be served yet; the server log names the "
@@ -163,6 +171,8 @@ ACCESS_LOG_CLOSE_TIMEOUT = 1.0  # how long the access log may take to write its 
 #: How long serving() lets the answers in flight finish when its block ends, and its threads.
 SERVING_STOP_TIMEOUT = 5.0
 SERVING_THREADS = 4
+REQUEST_LOG = 1000  # the requests an account's log keeps; then the oldest goes
+MAX_DELAY = 30  # the longest delay a fault may ask for, in seconds (it holds a worker thread)
 MAX_THREADS = 1024  # the most --threads allows (each has a stack; thousands only queue on 2 cores)
 
 logger = logging.getLogger("qstash_lists")
@@ -492,6 +502,7 @@ def _body(environ: WSGIEnvironment) -> Dict[str, Any]:
         raise BadRequest("bad request: the body is not UTF-8 JSON") from None
     if type(body) is not dict:
         raise BadRequest("bad request: the body is not a JSON object")
+    environ[BODY_KEY] = body  # for the request log
     return body
 
 
@@ -556,15 +567,155 @@ def _host_is_local(host: Optional[str], allowed: Iterable[str]) -> bool:
         return False
 
 
+# ---- Bad days: faults and a request log that a suite asks for -----------------------------------
+class Fault(NamedTuple):
+    """What the next ``times`` requests of an account of ``method`` (None: any) and ``path`` meet:
+    a ``delay``, then no answer (``drop``) or ``status`` (429: with QStash's rate-limit headers of
+    ``limit``, ``remaining`` and ``reset``, the daily limit's if ``daily``)."""
+
+    status: Optional[int] = None
+    times: int = 1
+    daily: bool = False
+    method: Optional[str] = None
+    path: str = "*"  # * matches any characters (fnmatch)
+    delay: float = 0
+    drop: bool = False
+    limit: Optional[int] = None  # 100 (burst), 500 (daily)
+    remaining: int = 0
+    reset: Optional[int] = None  # a Unix time: in a second (burst), at midnight UTC (daily)
+
+
+_ERRORS = frozenset(status.value for status in HTTPStatus if status >= 400)
+#: Each key of a fault: what its value must be, and what a 400 says it expects.
+FAULT_KEYS: Dict[str, Tuple[Callable[[Any], bool], str]] = {
+    "status": (lambda v: v in _ERRORS, "an HTTP error status, such as 429 or 503"),
+    "times": (lambda v: store.is_whole(v) and v >= 1, "a whole number from 1"),
+    "daily": (store.is_flag, "true or false"),
+    "method": (lambda v: v in ("GET", "HEAD", "POST", "DELETE"), "GET, HEAD, POST or DELETE"),
+    "path": (lambda v: store.is_text(v) and v[0] == "/", "a path, such as /v2/queues*"),
+    "delay": (lambda v: type(v) in (int, float) and 0 <= v <= MAX_DELAY, "0 to 30 seconds"),
+    "drop": (store.is_flag, "true or false"),
+    "limit": (store.is_whole, "a whole number"),
+    "remaining": (store.is_whole, "a whole number"),
+    "reset": (store.is_whole, "a Unix time in seconds"),
+}
+
+
+def _fault(body: Dict[str, Any]) -> Fault:
+    """The fault a POST to FAULTS_PATH asks for; BadRequest for a bad one."""
+    for key in body:
+        if key not in FAULT_KEYS:
+            known = ", ".join(FAULT_KEYS)
+            raise BadRequest("bad request: %s: not a fault's (%s)" % (json.dumps(key)[:60], known))
+        _field(body, key, *FAULT_KEYS[key])
+    fault = Fault(**body)
+    if fault.status is None and not (fault.drop or fault.delay):
+        raise BadRequest("bad request: a fault needs a status, a delay or drop")
+    return fault
+
+
+class Dropped(Exception):
+    """A request that a fault answers with no answer at all: its connection is closed."""
+
+
+class BadDays:
+    """The faults asked for, and the requests answered, of each account (by its token's digest) in
+    this process: what FAULTS_PATH and REQUESTS_PATH answer; a reset clears both.  Its lock
+    (``_lock``) guards ``_faults`` and ``_log``, and is held for no I/O."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._faults: Dict[bytes, List[Fault]] = collections.defaultdict(list)
+        self._log: Dict[bytes, collections.deque[Dict[str, Any]]] = {}
+
+    def clear(self, digest: Optional[bytes] = None, log: bool = True) -> None:
+        """Forget the faults of the account ``digest`` (None: of all), and its log if ``log``."""
+        with self._lock:
+            for table in (self._faults, self._log) if log else (self._faults,):
+                if digest is None:
+                    table.clear()
+                else:
+                    table.pop(digest, None)
+
+    def take(self, digest: bytes, method: str, path: str) -> Optional[Fault]:
+        """The account's first fault that the request matches, used once."""
+        with self._lock:
+            faults = self._faults.get(digest, [])
+            for i, fault in enumerate(faults):
+                if fault.method in (None, method) and fnmatch.fnmatchcase(path, fault.path):
+                    del faults[i]
+                    if fault.times > 1:
+                        faults.insert(i, fault._replace(times=fault.times - 1))
+                    return fault
+        return None
+
+    def note(self, environ: WSGIEnvironment, status: Optional[int]) -> None:
+        """Log a request of an account (``status`` None: dropped): no header, no query value."""
+        digest, query = environ.get(ACCOUNT_KEY), environ.get("QUERY_STRING", "")
+        if digest is not None and BODY_KEY not in environ:  # a fault came before the write
+            with contextlib.suppress(HTTPError):
+                _body(environ)
+        entry = {
+            "method": environ.get("REQUEST_METHOD"),
+            "path": _latin1(environ.get("PATH_INFO", "")).decode("utf-8", "replace"),
+            "query": sorted({field.partition("=")[0] for field in query.split("&") if field}),
+            "body": environ.get(BODY_KEY),
+            "status": status,
+        }
+        with self._lock:
+            if digest is not None:  # the request had an account
+                self._log.setdefault(digest, collections.deque(maxlen=REQUEST_LOG)).append(entry)
+
+    def answer(self, environ: WSGIEnvironment, digest: bytes, route: str) -> Answer:
+        """Answer FAULTS_PATH (add a fault; DELETE: clear them) or REQUESTS_PATH for the account
+        ``digest``."""
+        if route == REQUESTS_PATH:
+            with self._lock:
+                log = list(self._log.get(digest, ()))
+            return _json_answer(HTTPStatus.OK, log)
+        if environ.get("REQUEST_METHOD") == "DELETE":
+            self.clear(digest, log=False)
+            return _written("faults cleared")
+        fault = _fault(_body(environ))
+        with self._lock:
+            self._faults[digest].append(fault)
+        return _written("fault added")
+
+
+def _meet(fault: Fault) -> None:
+    """Wait a fault's delay, then drop the request or answer its status."""
+    time.sleep(fault.delay)
+    if fault.drop:
+        raise Dropped()
+    if fault.status is None:
+        return
+    now, headers = int(time.time()), []
+    prefix, limit, reset = "Burst-RateLimit-", 100, now + 1
+    if fault.daily:
+        prefix, limit, reset = "RateLimit-", 500, (now // 86400 + 1) * 86400
+    if fault.status == HTTPStatus.TOO_MANY_REQUESTS:
+        headers = [
+            (prefix + "Limit", str(limit if fault.limit is None else fault.limit)),
+            (prefix + "Remaining", str(fault.remaining)),
+            (prefix + "Reset", str(reset if fault.reset is None else fault.reset)),
+        ]
+    error = HTTPError(
+        "%s: a fault this suite asked for (%s)" % (fault.status, FAULTS_PATH), headers
+    )
+    error.status, error.why = HTTPStatus(fault.status), "a fault"
+    raise error
+
+
 # ---- The WSGI app --------------------------------------------------------------------------------
 def respond(
     environ: WSGIEnvironment,
     source: store.DataFile,
     allowed_hosts: Iterable[str] = (),
-    resets: bool = False,
+    days: Optional[BadDays] = None,
 ) -> Answer:
     """Answer one request: a web page's refused; the route, the method, the health check; the
-    name, the credential, then the read, the write or (``resets``) the reset."""
+    name, the credential, then (with ``days``: a suite's) a fault, the read, the write, the reset
+    or the bad days asked for."""
     _refuse_web_pages(environ)
     target = _route(environ.get("PATH_INFO", ""))
     method = environ.get("REQUEST_METHOD", "")
@@ -573,15 +724,26 @@ def respond(
         raise MethodNotAllowed(allowed, ROUTES[target.route], method)
     if target.route == HEALTH_PATH:
         return health(source.status())
-    if target.route == RESET_PATH and not resets:
+    suites = target.route in (RESET_PATH, FAULTS_PATH, REQUESTS_PATH)
+    if suites and days is None:
         raise NotFound(
             "not found: %s answers once the server is started with --reset (QSTASH_LISTS_RESET=1)"
-            % RESET_PATH
+            % target.route
         )
     _check_name(target, method)
     account = _account(environ, source, allowed_hosts)
-    if target.route == RESET_PATH:
-        return reset(source, account)
+    if days is not None:
+        if target.route == RESET_PATH:
+            days.clear(account.token_sha256)
+            return reset(source, account)
+        if suites:
+            return days.answer(environ, account.token_sha256, target.route)
+        environ[ACCOUNT_KEY] = account.token_sha256  # for the request log
+        fault = days.take(
+            account.token_sha256, method, target.route.replace("{name}", target.name or "")
+        )
+        if fault is not None:
+            _meet(fault)
     if method in ("GET", "HEAD"):
         return read(environ, account, target)
     return write(environ, source, account, target)
@@ -791,24 +953,34 @@ def create_app(
     source: store.DataFile,
     access_log: bool | AccessLog = True,
     allowed_hosts: Iterable[str] = (),
-    resets: bool = False,
+    resets: bool | BadDays = False,
 ) -> WSGIApplication:
     """Return the WSGI callable that serves (and, if writable, writes) ``source``.  ``access_log``:
     True logs each request to the ``qstash_lists.access`` logger, an AccessLog in batches, False
-    not; ``allowed_hosts``: see SETTINGS; ``resets``: RESET_PATH answers (writable only)."""
+    not; ``allowed_hosts``: see SETTINGS; ``resets``: RESET_PATH, FAULTS_PATH and REQUESTS_PATH
+    answer (a BadDays: that one, which its owner may clear)."""
     allowed_hosts = frozenset(host.lower() for host in allowed_hosts)
+    days = resets if isinstance(resets, BadDays) else BadDays() if resets else None
 
     def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         started = time.perf_counter() if access_log else 0.0
         exc_info = None
         try:
-            answer = respond(environ, source, allowed_hosts, resets)
+            answer = respond(environ, source, allowed_hosts, days)
         except HTTPError as err:
             answer = err.render()
+        except Dropped:
+            if days is not None:
+                days.note(environ, None)
+            from waitress.channel import ClientDisconnected  # waitress closes it unanswered
+
+            raise ClientDisconnected() from None
         except Exception:
             logger.exception("error while answering %s", _request_line(environ))
             answer = HTTPError().render()
             exc_info = sys.exc_info()
+        if days is not None:
+            days.note(environ, int(answer.status[:3]))
         start_response(answer.status, answer.headers, exc_info)
         data = answer.body
         # HEAD: the same headers as GET, errors included, and never a body (RFC 9110, 9.3.2).
@@ -1486,7 +1658,7 @@ def serving(
     host: str = "127.0.0.1",
     port: int = 0,
     threads: int = SERVING_THREADS,
-    resets: bool = False,
+    resets: bool | BadDays = False,
 ) -> Iterator[str]:
     """Serve ``source`` under waitress in a thread of this process (on a free port unless told)
     until the block ends, then stop it as run() does; yield its URL.  It sets no signal handler,

@@ -1,11 +1,9 @@
-"""qstash-lists in tests: serve() runs a stand-in in a thread on a free port, and the fixture
-``qstash_server`` (this is the pytest plugin the package installs; ``-p no:qstash_lists`` turns
-it off) gives each test a fresh state on one server for the whole run.
-
-    from qstash_lists.testing import serve
-"""
+"""qstash-lists in tests: ``from qstash_lists.testing import serve`` runs a stand-in in a thread on
+a free port; the fixture ``qstash_server`` (this pytest plugin; ``-p no:qstash_lists`` turns it
+off) gives each test a fresh state on one server for the whole run."""
 
 import contextlib
+import http.client
 import json
 import os
 import secrets
@@ -19,36 +17,70 @@ else:
     from . import app
 
 EMPTY_ACCOUNT: "dict[str, list[Any]]" = {"urlGroups": [], "queues": []}  # qstash_data's default
-INTERVAL = 3600.0  # seconds between serve()'s looks: a writable server looks at every request
 ENVIRON_SETTING = "qstash_lists_environ"  # the ini line that starts the server first (below)
 FIXTURE = "the qstash_data fixture"  # what a fault in it names
 
 
 class Server(NamedTuple):
-    """A server serve() runs: its URL, its clients' token (see _token), the data file it serves."""
+    """A server serve() runs: its URL, its clients' token (see _token), the data file it serves;
+    and the bad days of the token's account (docs/http.md)."""
 
     url: str
     token: str
     path: str
 
+    def fault(self, **fault: Any) -> None:
+        """Have the next requests meet a fault: the keys of POST /qstash-lists/faults, such as
+        status=429, times=2, daily=True, method="POST", path="/v2/queues*", delay=0.5, drop=True."""
+        self._ask("POST", app.FAULTS_PATH, json.dumps(fault).encode())
+
+    def clear_faults(self) -> None:
+        self._ask("DELETE", app.FAULTS_PATH)
+
+    def requests(self) -> "list[dict[str, Any]]":
+        """What the account asked since the test (or serve()) began, oldest first."""
+        return json.loads(self._ask("GET", app.REQUESTS_PATH))  # type: ignore[no-any-return]
+
+    def _ask(self, method: str, path: str, body: Optional[bytes] = None) -> bytes:
+        # Never through a proxy, as urllib would take one from the environment.
+        connection = http.client.HTTPConnection(self.url.partition("//")[2])
+        try:
+            connection.request(method, path, body, {"Authorization": "Bearer " + self.token})
+            answer = connection.getresponse()
+            data = answer.read()
+        finally:
+            connection.close()
+        if answer.status >= 400:  # the server's words: a fault's bad key, say
+            raise ValueError(json.loads(data)["error"])
+        return data
+
 
 @contextlib.contextmanager
 def serve(data: Any, token: Optional[str] = None) -> Iterator[Server]:
-    """Serve ``data`` until the ``with`` block ends, writable, on a free loopback port: a data
-    file's path (a copy of it is served: the file is left as it was) or a document; a one-account
-    document gets ``token`` (default: a new random one).  A fault names ``data``.  It does not
-    set QSTASH_URL or QSTASH_TOKEN, set a signal handler, log a request, or exit."""
+    """Serve ``data`` (a data file's path, whose copy is served, or a document; a one-account one
+    gets ``token``, else a random one), writable, on a free loopback port, until the block ends.
+    It sets no environment variable or signal handler, logs no request, never exits."""
     if isinstance(data, (str, os.PathLike)):
         raw, source = Path(data).read_bytes(), str(data)
     else:
         raw, source = json.dumps(data).encode(), "serve()'s document"
-    with _serving(raw, source, token) as (server, _):
-        yield server
+    with _serving(raw, source, token) as served:
+        yield served.server
+
+
+class _Served(NamedTuple):
+    """A copy of a data file served: its Server, DataFile and BadDays, and (the plugin's) whether
+    its first account answers the token the ini line gave QSTASH_TOKEN at the start."""
+
+    server: Server
+    data: Any
+    days: Any
+    first: bool = False
 
 
 @contextlib.contextmanager
-def _serving(raw: bytes, source: str, token: Optional[str]) -> Iterator["tuple[Server, Any]"]:
-    """serve() of the data file ``raw``, whose faults name ``source``; and its DataFile."""
+def _serving(raw: bytes, source: str, token: Optional[str]) -> Iterator[_Served]:
+    """serve() of the data file ``raw``, whose faults name ``source``."""
     token = token or secrets.token_urlsafe(16)
     clients = _token(raw, source, token)  # checked before any copy is made
     with tempfile.TemporaryDirectory(prefix="qstash-lists-") as folder:
@@ -56,10 +88,11 @@ def _serving(raw: bytes, source: str, token: Optional[str]) -> Iterator["tuple[S
         Path(path).write_bytes(raw)
         # Waiting writes may hold half its threads (see store.WAITING_WRITES).
         waiting = app.SERVING_THREADS // 2
-        data = app.open_data(path, token, INTERVAL, writable=True, waiting_writes=waiting)
+        data = app.open_data(path, token, 3600, writable=True, waiting_writes=waiting)
+        days = app.BadDays()
         try:
-            with app.serving(data) as url:
-                yield Server(url, clients, path), data
+            with app.serving(data, resets=days) as url:
+                yield _Served(Server(url, clients, path), data, days)
         finally:
             data.close()
 
@@ -72,32 +105,22 @@ def _token(raw: bytes, source: str, token: str) -> str:
     return found
 
 
-class _Session:
-    """The run's one server, put back to each test's ``qstash_data`` before it (its URL and token
-    stay).  ``first``: the first account answers the run's own token, which the ini line gave
-    QSTASH_TOKEN before any qstash_data was known."""
-
-    def __init__(self, first: bool) -> None:
-        self.first = first
-        self._stack = contextlib.ExitStack()
-        raw = json.dumps(EMPTY_ACCOUNT).encode()
-        self.server, self._data = self._stack.enter_context(_serving(raw, FIXTURE, None))
-        self.close = self._stack.close
-
-    def reset(self, document: Any) -> str:
-        """Put the data file back to ``document``, whatever a test left in it; return its token."""
-        accounts = document.get("accounts") if type(document) is dict else None
-        if self.first and type(accounts) is list and accounts and type(accounts[0]) is dict:
-            first = {k: v for k, v in accounts[0].items() if k not in ("token", "tokenSha256")}
-            first["token"] = self.server.token
-            document = dict(document, accounts=[first] + accounts[1:])
-        raw = json.dumps(document).encode()
-        token = _token(raw, FIXTURE, self.server.token)
-        self._data.replace(raw)  # written whole, even where a test broke the file
-        return token
+def _put_back(served: _Served, document: Any) -> str:
+    """Write ``document`` whole, whatever a test left, and forget the bad days; its token."""
+    accounts = document.get("accounts") if type(document) is dict else None
+    if served.first and type(accounts) is list and accounts and type(accounts[0]) is dict:
+        account = {k: v for k, v in accounts[0].items() if k not in ("token", "tokenSha256")}
+        account["token"] = served.server.token
+        document = dict(document, accounts=[account] + accounts[1:])
+    raw = json.dumps(document).encode()
+    token = _token(raw, FIXTURE, served.server.token)
+    served.data.replace(raw)
+    served.days.clear()
+    return token
 
 
-_sessions: "list[_Session]" = []  # the run's server in this process (an xdist worker's own)
+_run = contextlib.ExitStack()  # the run's server in this process (an xdist worker's own)
+_session: "list[_Served]" = []  # it
 
 try:
     import pytest
@@ -111,37 +134,38 @@ if pytest is not None:
 
     def pytest_report_header(config: pytest.Config) -> Optional[str]:
         """Say at the start where QSTASH_URL names another server (a real QStash, perhaps)."""
-        if "QSTASH_URL" not in os.environ or config.getini(ENVIRON_SETTING):
-            return None
-        return (
-            "qstash-lists: QSTASH_URL is %s: a client your tests build at import talks to it; add "
-            "'qstash_lists_environ = true' to pytest.ini to give it the stand-in"
-        ) % os.environ["QSTASH_URL"]
+        if "QSTASH_URL" in os.environ and not config.getini(ENVIRON_SETTING):
+            return (
+                "qstash-lists: QSTASH_URL is %s: a client your tests build at import talks to it; "
+                "add 'qstash_lists_environ = true' to pytest.ini to give it the stand-in"
+            ) % os.environ["QSTASH_URL"]
+        return None
+
+    def _start(first: bool) -> _Served:
+        raw = json.dumps(EMPTY_ACCOUNT).encode()
+        _session.append(_run.enter_context(_serving(raw, FIXTURE, None))._replace(first=first))
+        return _session[0]
 
     def pytest_configure(config: pytest.Config) -> None:
         if config.getini(ENVIRON_SETTING):
-            _sessions.append(_Session(True))
-            server = _sessions[0].server
+            server = _start(True).server
             os.environ["QSTASH_URL"], os.environ["QSTASH_TOKEN"] = server.url, server.token
 
     def pytest_unconfigure(config: pytest.Config) -> None:
-        while _sessions:
-            _sessions.pop().close()
+        _session.clear()
+        _run.close()
 
     @pytest.fixture
     def qstash_data() -> Any:
-        """The document each test's data file starts from: one empty account (override it in a
-        module or a conftest.py, in either form of the data file)."""
+        """The document each test's data file starts from (override it): one empty account."""
         return EMPTY_ACCOUNT
 
     @pytest.fixture
     def qstash_server(qstash_data: Any, monkeypatch: pytest.MonkeyPatch) -> Server:
-        """The run's writable qstash-lists, put back to ``qstash_data`` for this test;
-        QSTASH_URL and QSTASH_TOKEN set as the SDKs read them (``.url``, ``.token``, ``.path``
-        say the same).  Each pytest-xdist worker has its own."""
-        if not _sessions:
-            _sessions.append(_Session(False))
-        token = _sessions[0].reset(qstash_data)
-        monkeypatch.setenv("QSTASH_URL", _sessions[0].server.url)
+        """The run's writable qstash-lists, put back to ``qstash_data`` for this test, and
+        QSTASH_URL and QSTASH_TOKEN set as the SDKs read them.  Each xdist worker has its own."""
+        served = _session[0] if _session else _start(False)
+        token = _put_back(served, qstash_data)
+        monkeypatch.setenv("QSTASH_URL", served.server.url)
         monkeypatch.setenv("QSTASH_TOKEN", token)
-        return _sessions[0].server._replace(token=token)
+        return served.server._replace(token=token)

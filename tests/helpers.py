@@ -155,11 +155,15 @@ class Server:
         self.host, self.port = match.group(1), int(match.group(2))
 
     def get(
-        self, path: str, headers: Optional[Dict[str, str]] = None, method: str = "GET"
+        self,
+        path: str,
+        headers: Optional[Dict[str, str]] = None,
+        method: str = "GET",
+        body: Optional[bytes] = None,
     ) -> Tuple[int, "http.client.HTTPMessage", bytes]:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=10)
         try:
-            conn.request(method, path, headers=headers or {})
+            conn.request(method, path, body, headers=headers or {})
             response = conn.getresponse()
             return response.status, response.headers, response.read()
         finally:

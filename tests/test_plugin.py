@@ -407,6 +407,39 @@ def test_it(qstash_server):
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
+def test_a_bad_day_from_python_is_the_tests_alone(pytester: Any) -> None:
+    """qstash_server.fault() and .requests(): the next request meets the fault; a test's faults
+    and log are gone at the next test, even those it left unused."""
+    pytester.makepyfile(
+        test_days="""
+import json, pytest, urllib.error, urllib.request
+
+def queues(server):
+    request = urllib.request.Request(server.url + "/v2/queues",
+                                     headers={"Authorization": "Bearer " + server.token})
+    return urllib.request.urlopen(request).status
+
+def test_meets_it(qstash_server):
+    qstash_server.fault(status=503, times=2)
+    with pytest.raises(urllib.error.HTTPError) as info:
+        queues(qstash_server)
+    assert info.value.code == 503
+    assert [entry["status"] for entry in qstash_server.requests()] == [503]
+    with pytest.raises(ValueError, match="^bad request: status: expected an HTTP error status"):
+        qstash_server.fault(status=200)
+
+def test_after(qstash_server):
+    assert qstash_server.requests() == [] and queues(qstash_server) == 200
+    qstash_server.fault(status=429)
+    qstash_server.clear_faults()
+    assert queues(qstash_server) == 200
+"""
+    )
+    pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly").assert_outcomes(
+        passed=2
+    )
+
+
 def test_serve_with_several_accounts_gives_the_first_accounts_token() -> None:
     with testing.serve(accounts_document()) as server:
         assert server.token == TOKEN_A
@@ -461,13 +494,11 @@ def test_a_fault_names_the_file_or_fixture_given_not_a_copy(tmp_path: Path) -> N
         with testing.serve(str(bad)):
             pass
     assert all(line.startswith(str(bad) + ": ") for line in info.value.faults)
-    session = testing._Session(False)
-    try:
+    raw = json.dumps(testing.EMPTY_ACCOUNT).encode()
+    with testing._serving(raw, testing.FIXTURE, None) as served:
         with pytest.raises(service.store.DataError) as info:
-            session.reset({"queues": [{"name": "q"}]})
+            testing._put_back(served, {"queues": [{"name": "q"}]})
         assert all(line.startswith(testing.FIXTURE + ": ") for line in info.value.faults)
-    finally:
-        session.close()
     done = subprocess.run(
         [sys.executable, str(ROOT / "app.py"), "--data", str(bad), "--run", "true"],
         capture_output=True,

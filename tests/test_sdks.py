@@ -26,6 +26,7 @@ from helpers import (
     TOKEN_A,
     TOKEN_B,
     Server,
+    bearer,
     free_port,
     readme_section_block,
     served,
@@ -416,3 +417,78 @@ def test_the_js_sdks_dev_mode_finds_a_file_of_accounts_with_the_dev_token(tmp_pa
         )
     assert done.returncode == 0, done.stderr
     assert "name: 'emails'" in done.stdout and "name: 'orders'" in done.stdout
+
+
+# ---- Bad days on demand: what the SDKs make of a fault ------------------------------------------
+@pytest.fixture
+def bad_days(tmp_path: Path) -> Any:
+    document = {
+        "accounts": [
+            {"token": TOKEN_A, "queues": [ALPHA_QUEUE]},
+            {"token": TOKEN_B, "queues": [BETA_QUEUE]},
+        ]
+    }
+    path = write_json(tmp_path / "data.json", document)
+    with serving(path, "--writable", "--reset", "--quiet") as running:
+        yield running
+
+
+def log_of(server: Server, token: str) -> List[Any]:
+    status, _, body = server.get("/qstash-lists/requests", bearer(token))
+    assert status == 200, body
+    return json.loads(body)  # type: ignore[no-any-return]
+
+
+RATE_LIMITED = {"limit": "10", "remaining": "0", "reset": "1800000000"}
+DAILY_LIMITED = {"limit": "500", "remaining": "0", "reset": "1800000000"}
+UNAVAILABLE = '{"error":"503: a fault this suite asked for (/qstash-lists/faults)"}'
+
+
+def check_bad_day(server: Server, result: Dict[str, Any]) -> None:
+    """Each fault used once; the dropped list retried by the SDK and answered; the other account's
+    requests met none; after a reset, no fault is left and the log is empty."""
+    assert result["dropped"] == result["after"] == {"names": ["emails"]}
+    statuses = [entry["status"] for entry in log_of(server, TOKEN_A)]
+    assert statuses == [429, 429, 503, None, 200, 200]
+    status, _, body = server.get("/v2/queues", bearer(TOKEN_B))
+    assert status == 200 and [q["name"] for q in json.loads(body)] == ["reports"]
+    assert log_of(server, TOKEN_B)[0]["status"] == 200
+    auth = bearer(TOKEN_A)
+    assert server.get("/qstash-lists/faults", auth, "POST")[0] == 400  # no body
+    for keys in ({"status": 503, "times": 3}, {"drop": True}):
+        assert server.get("/qstash-lists/faults", auth, "POST", json.dumps(keys).encode())[0] == 200
+    assert server.get("/qstash-lists/reset", auth, "POST")[0] == 200
+    assert log_of(server, TOKEN_A) == []
+    assert server.get("/v2/queues", auth)[0] == 200
+
+
+def run_bad_day(command: List[str], server: Server) -> Dict[str, Any]:
+    env = dict(os.environ, QSTASH_URL=server.url, QSTASH_TOKEN=TOKEN_A, QSTASH_LISTS_SDK_JS=SDK_JS)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+@needs_python_sdk
+def test_the_python_sdk_meets_each_fault_as_qstashs(bad_days: Server) -> None:
+    result = run_bad_day([SDK_PYTHON, str(HERE / "sdk" / "bad_days.py")], bad_days)
+    assert result["burst"] == dict(RATE_LIMITED, raised="RateLimitExceededError")
+    assert result["daily"] == dict(DAILY_LIMITED, raised="DailyMessageLimitExceededError")
+    assert result["unavailable"] == {
+        "raised": "QStashError",
+        "message": "Request failed with status: 503, body: " + UNAVAILABLE,
+    }
+    check_bad_day(bad_days, result)
+
+
+@needs_js_sdk
+def test_the_js_sdk_meets_each_fault_as_qstashs(bad_days: Server) -> None:
+    result = run_bad_day(["node", str(HERE / "sdk" / "bad_days.mjs")], bad_days)
+    assert {k: v for k, v in result["burst"].items() if k != "message"} == dict(
+        RATE_LIMITED, raised="QstashRatelimitError"
+    )
+    assert {k: v for k, v in result["daily"].items() if k != "message"} == dict(
+        DAILY_LIMITED, raised="QstashDailyRatelimitError"
+    )
+    assert result["unavailable"] == {"raised": "QstashError", "message": UNAVAILABLE}
+    check_bad_day(bad_days, result)

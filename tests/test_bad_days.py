@@ -1,0 +1,196 @@
+"""QStash's bad days on demand (--reset): faults a suite asks for per account, and its request log,
+through the WSGI callable; the SDKs' view of them is in test_sdks.py, the plugin's in
+test_plugin.py."""
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+from helpers import TOKEN_A, TOKEN_B, accounts_document, bearer, call, write_json
+from test_writes import send
+
+import app as service
+
+FAULTS, REQUESTS = service.FAULTS_PATH, service.REQUESTS_PATH
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Any:
+    path = write_json(tmp_path / "data.json", accounts_document())
+    data = service.open_data(str(path), None, 3600, writable=True)
+    yield service.create_app(data, access_log=False, resets=True)
+    data.close()
+
+
+def fault(app: Any, token: str = TOKEN_A, **keys: Any) -> None:
+    assert send(app, "POST", FAULTS, keys, token=token).status == 200
+
+
+def log(app: Any, token: str = TOKEN_A) -> List[Dict[str, Any]]:
+    response = call(app, REQUESTS, headers=bearer(token))
+    assert response.status == 200 and response.headers["Cache-Control"] == "no-store"
+    return response.json()  # type: ignore[no-any-return]
+
+
+def statuses(app: Any, token: str = TOKEN_A) -> List[Any]:
+    return [entry["status"] for entry in log(app, token)]
+
+
+@pytest.mark.parametrize("method, path", [("POST", FAULTS), ("DELETE", FAULTS), ("GET", REQUESTS)])
+def test_without_resets_the_bad_days_are_not_there(tmp_path: Path, method: str, path: str) -> None:
+    file = write_json(tmp_path / "d.json", accounts_document())
+    data = service.open_data(str(file), None, writable=True)
+    app = service.create_app(data, access_log=False)
+    response = send(app, method, path, {"status": 429} if method == "POST" else None)
+    assert response.status == 404
+    assert response.json() == {
+        "error": "not found: %s answers once the server is started with --reset "
+        "(QSTASH_LISTS_RESET=1)" % path
+    }
+    data.close()
+
+
+@pytest.mark.parametrize("path", [FAULTS, REQUESTS])
+def test_a_web_page_is_refused(app: Any, path: str) -> None:
+    headers = dict(bearer(TOKEN_A), Origin="https://evil.example")
+    assert (
+        call(app, path, method="POST" if path == FAULTS else "GET", headers=headers).status == 403
+    )
+
+
+def test_a_burst_rate_limit_as_qstash_sends_it(app: Any) -> None:
+    fault(app, status=429)
+    before = int(time.time())
+    response = call(app, headers=bearer(TOKEN_A))
+    assert response.status == 429
+    assert response.json() == {"error": "429: a fault this suite asked for (%s)" % FAULTS}
+    headers = response.headers
+    assert (headers["Burst-RateLimit-Limit"], headers["Burst-RateLimit-Remaining"]) == ("100", "0")
+    assert before + 1 <= int(headers["Burst-RateLimit-Reset"]) <= int(time.time()) + 1
+    assert "RateLimit-Limit" not in headers
+    assert call(app, headers=bearer(TOKEN_A)).status == 200  # once
+
+
+def test_a_daily_limit_with_the_values_given(app: Any) -> None:
+    fault(app, status=429, daily=True, times=2, limit=7, remaining=1, reset=1800000000)
+    for _ in range(2):
+        headers = call(app, "/v2/topics", headers=bearer(TOKEN_A)).headers
+        assert [headers["RateLimit-" + k] for k in ("Limit", "Remaining", "Reset")] == [
+            "7",
+            "1",
+            "1800000000",
+        ]
+        assert "Burst-RateLimit-Limit" not in headers
+    fault(app, status=429, daily=True)
+    reset = int(call(app, headers=bearer(TOKEN_A)).headers["RateLimit-Reset"])
+    assert reset % 86400 == 0 and 0 < reset - time.time() <= 86400  # midnight UTC
+
+
+def test_a_fault_meets_only_the_requests_it_names_and_only_its_accounts(app: Any) -> None:
+    fault(app, status=503, method="POST", path="/v2/queues*", times=2)
+    assert call(app, headers=bearer(TOKEN_A)).status == 200  # a GET
+    assert send(app, "POST", "/v2/queues/emails/pause").status == 503
+    assert send(app, "POST", "/v2/queues", {"queueName": "q"}, token=TOKEN_B).status == 200
+    upsert = send(app, "POST", "/v2/queues", {"queueName": "q", "parallelism": 2})
+    assert upsert.status == 503
+    assert send(app, "POST", "/v2/queues", {"queueName": "q"}).status == 200
+    assert statuses(app) == [200, 503, 503, 200]
+    assert statuses(app, TOKEN_B) == [200]
+
+
+def test_delete_clears_the_faults_and_a_reset_the_log_too(app: Any) -> None:
+    fault(app, status=500, times=5)
+    fault(app, status=429, token=TOKEN_B)
+    assert call(app, headers=bearer(TOKEN_A)).status == 500
+    assert send(app, "DELETE", FAULTS).status == 200
+    assert call(app, headers=bearer(TOKEN_A)).status == 200
+    assert statuses(app) == [500, 200]
+    fault(app, status=500)
+    assert send(app, "POST", service.RESET_PATH).status == 200
+    assert log(app) == []
+    assert call(app, headers=bearer(TOKEN_A)).status == 200
+    assert call(app, headers=bearer(TOKEN_B)).status == 429  # B's stays B's
+
+
+def test_a_delay_then_the_answer(app: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    waited: List[float] = []
+    monkeypatch.setattr(time, "sleep", waited.append)
+    fault(app, delay=2.5)
+    assert call(app, headers=bearer(TOKEN_A)).status == 200
+    assert waited == [2.5]
+
+
+def test_a_drop_closes_the_connection_unanswered(app: Any) -> None:
+    from waitress.channel import ClientDisconnected  # waitress closes the connection
+
+    fault(app, drop=True)
+    with pytest.raises(ClientDisconnected):
+        send(app, "POST", "/v2/queues", {"queueName": "dropped"})
+    assert log(app) == [
+        {
+            "method": "POST",
+            "path": "/v2/queues",
+            "query": [],
+            "body": {"queueName": "dropped"},
+            "status": None,
+        }
+    ]
+    assert send(app, "POST", "/v2/queues", {"queueName": "dropped"}).status == 200
+
+
+@pytest.mark.parametrize(
+    "keys, expected",
+    [
+        ({}, "a fault needs a status, a delay or drop"),
+        ({"status": 200}, "status: expected an HTTP error status, such as 429 or 503, got 200"),
+        ({"status": 499}, "status: expected an HTTP error status, such as 429 or 503, got 499"),
+        ({"status": 429, "times": 0}, "times: expected a whole number from 1, got 0"),
+        ({"status": 429, "times": True}, "times: expected a whole number from 1, got true"),
+        ({"delay": 31}, "delay: expected 0 to 30 seconds, got 31"),
+        ({"drop": "yes"}, 'drop: expected true or false, got "yes"'),
+        ({"status": 429, "method": "PUT"}, 'method: expected GET, HEAD, POST or DELETE, got "PUT"'),
+        ({"status": 429, "path": "v2"}, 'path: expected a path, such as /v2/queues*, got "v2"'),
+        ({"status": 429, "limit": -1}, "limit: expected a whole number, got -1"),
+        (
+            {"status": 429, "token": "x"},
+            '"token": not a fault\'s (status, times, daily, method, path, delay, drop, limit, '
+            "remaining, reset)",
+        ),
+    ],
+)
+def test_a_bad_fault_is_a_400_that_says_why(app: Any, keys: Any, expected: str) -> None:
+    response = send(app, "POST", FAULTS, keys)
+    assert (response.status, response.json()) == (400, {"error": "bad request: " + expected})
+    assert call(app, headers=bearer(TOKEN_A)).status == 200
+
+
+def test_the_log_holds_what_was_asked_and_never_a_token(
+    app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(service, "REQUEST_LOG", 3)
+    call(app, query="qstash_token=%s&a=1&b" % TOKEN_A)
+    call(app, "/v2/queues/emails", headers=dict(bearer(TOKEN_A), Cookie="secret"))
+    assert call(app, headers=bearer(TOKEN_B)).status == 200
+    assert call(app, headers=bearer("wrong")).status == 401  # no account: no log
+    fault(app, status=429)
+    send(app, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 3})
+    send(app, "DELETE", "/v2/topics/orders")
+    entries = log(app)
+    assert entries == [  # the oldest gone: REQUEST_LOG
+        {"method": "GET", "path": "/v2/queues/emails", "query": [], "body": None, "status": 200},
+        {
+            "method": "POST",
+            "path": "/v2/queues",
+            "query": [],
+            "body": {"queueName": "jobs", "parallelism": 3},
+            "status": 429,
+        },
+        {"method": "DELETE", "path": "/v2/topics/orders", "query": [], "body": None, "status": 200},
+    ]
+    monkeypatch.setattr(service, "REQUEST_LOG", 1000)
+    send(app, "POST", service.RESET_PATH)
+    call(app, query="qstash_token=%s&a=1&b" % TOKEN_A)
+    assert log(app)[0]["query"] == ["a", "b", "qstash_token"]
+    assert TOKEN_A not in json.dumps(log(app)) and TOKEN_B not in json.dumps(log(app, TOKEN_B))
