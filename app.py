@@ -1837,14 +1837,10 @@ def _run_command(settings: Mapping[str, Any], args: argparse.Namespace, prog: st
         loaded = store.load(path, settings["token"], fallback, settings["max_size"])
     except store.DataError as exc:
         return _not_loaded(exc, path, prog)
-    token = _token_of(loaded, settings["token"])
-    if token is None:
-        return _fail(
-            [
-                "%s: --run sets QSTASH_TOKEN to the first account's 'token', and none has one: "
-                "give one account its token in clear" % path
-            ]
-        )
+    try:
+        token = clients_token(loaded, settings["token"], path)
+    except ValueError as exc:
+        return _fail([str(exc)])
     log = _log_to_stderr(args.quiet)
     port = 0 if args.port is None else settings["port"]
     with tempfile.TemporaryDirectory(prefix="qstash-lists-") as folder:
@@ -1866,15 +1862,18 @@ def _run_command(settings: Mapping[str, Any], args: argparse.Namespace, prog: st
             log.close()
 
 
-def _token_of(loaded: store.Store, token: Optional[str]) -> Optional[str]:
-    """The token --run gives the command: a one-account file's (QSTASH_TOKEN, else the dev
-    token), or the first account's that names its token in clear."""
+def clients_token(loaded: store.Store, token: Optional[str], source: str) -> str:
+    """The token clients of the file ``source`` send (--run's, and the test double's): a
+    one-account file's (``token``, else the dev token), or the first account's in clear."""
     if loaded.single_account:
         return token or DEV_TOKEN
     for account in loaded.accounts:
         if account.credential is not None and account.credential[0] == "token":
             return account.credential[1]
-    return None
+    raise ValueError(
+        "%s: its clients are given the first account's 'token', and none has one: give one "
+        "account its token in clear" % source
+    )
 
 
 def _child(command: List[str], env: Dict[str, str], prog: str) -> int:

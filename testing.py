@@ -1,15 +1,15 @@
-"""qstash-lists in tests: ``from qstash_lists.testing import serve`` runs a stand-in in a thread on
-a free port; the fixture ``qstash_server`` (this pytest plugin; ``-p no:qstash_lists`` turns it
-off) gives each test a fresh state on one server for the whole run."""
+"""qstash-lists in tests: serve() runs a stand-in in a thread on a free port; the fixture
+``qstash_server`` (this pytest plugin, ``-p no:qstash_lists``: off) puts one back for each test."""
 
 import contextlib
-import http.client
 import json
 import os
 import secrets
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, Optional, cast
+from urllib.error import HTTPError
+from urllib.request import ProxyHandler, Request, build_opener
 
 if TYPE_CHECKING or not __package__:  # beside app.py, loaded by name
     import app
@@ -19,22 +19,21 @@ else:
 EMPTY_ACCOUNT: "dict[str, list[Any]]" = {"urlGroups": [], "queues": []}  # qstash_data's default
 ENVIRON_SETTING = "qstash_lists_environ"  # the ini line that starts the server first (below)
 FIXTURE = "the qstash_data fixture"  # what a fault in it names
+_DIRECT = build_opener(ProxyHandler({}))  # never a proxy (urlopen takes one from the environment)
 
 
 class Server(NamedTuple):
-    """A server serve() runs: its URL, its clients' token (see _token), the data file it serves;
-    and the bad days of the token's account (docs/http.md)."""
+    """A server serve() runs: its URL, clients' token, data file, and its account's bad days."""
 
     url: str
     token: str
     path: str
 
     def fault(self, **fault: Any) -> None:
-        """Have the next requests meet a fault: the keys of POST /qstash-lists/faults, such as
-        status=429, times=2, daily=True, method="POST", path="/v2/queues*", delay=0.5, drop=True."""
+        """Have the next requests meet a fault (POST /qstash-lists/faults's keys: docs/http.md)."""
         self._ask("POST", app.FAULTS_PATH, json.dumps(fault).encode())
 
-    def clear_faults(self) -> None:
+    def clear_faults(self) -> None:  # DELETE /qstash-lists/faults
         self._ask("DELETE", app.FAULTS_PATH)
 
     def requests(self) -> "list[dict[str, Any]]":
@@ -42,17 +41,12 @@ class Server(NamedTuple):
         return json.loads(self._ask("GET", app.REQUESTS_PATH))  # type: ignore[no-any-return]
 
     def _ask(self, method: str, path: str, body: Optional[bytes] = None) -> bytes:
-        # Never through a proxy, as urllib would take one from the environment.
-        connection = http.client.HTTPConnection(self.url.partition("//")[2])
+        auth = {"Authorization": "Bearer " + self.token}
         try:
-            connection.request(method, path, body, {"Authorization": "Bearer " + self.token})
-            answer = connection.getresponse()
-            data = answer.read()
-        finally:
-            connection.close()
-        if answer.status >= 400:  # the server's words: a fault's bad key, say
-            raise ValueError(json.loads(data)["error"])
-        return data
+            with _DIRECT.open(Request(self.url + path, body, auth, method=method)) as answer:
+                return answer.read()  # type: ignore[no-any-return]
+        except HTTPError as exc:  # the server's words: a fault's bad key, say
+            raise ValueError(json.loads(exc.read())["error"]) from None
 
 
 @contextlib.contextmanager
@@ -64,63 +58,54 @@ def serve(data: Any, token: Optional[str] = None) -> Iterator[Server]:
         raw, source = Path(data).read_bytes(), str(data)
     else:
         raw, source = json.dumps(data).encode(), "serve()'s document"
-    with _serving(raw, source, token) as served:
-        yield served.server
-
-
-class _Served(NamedTuple):
-    """A copy of a data file served: its Server, DataFile and BadDays, and (the plugin's) whether
-    its first account answers the token the ini line gave QSTASH_TOKEN at the start."""
-
-    server: Server
-    data: Any
-    days: Any
-    first: bool = False
+    with _serving(raw, source, token) as (server, _):
+        yield server
 
 
 @contextlib.contextmanager
-def _serving(raw: bytes, source: str, token: Optional[str]) -> Iterator[_Served]:
-    """serve() of the data file ``raw``, whose faults name ``source``."""
+def _serving(raw: bytes, source: str, token: Optional[str], days: Any = True) -> Iterator[Any]:
+    """serve() of the data file ``raw``, whose faults name ``source``: (its Server, DataFile)."""
     token = token or secrets.token_urlsafe(16)
-    clients = _token(raw, source, token)  # checked before any copy is made
+    loaded = app.store.parse(raw, source, token)  # before any copy: a fault names ``source``
+    clients = app.clients_token(loaded, token, source)
     with tempfile.TemporaryDirectory(prefix="qstash-lists-") as folder:
         path = os.path.join(folder, "data.json")
         Path(path).write_bytes(raw)
-        # Waiting writes may hold half its threads (see store.WAITING_WRITES).
-        waiting = app.SERVING_THREADS // 2
+        waiting = app.SERVING_THREADS // 2  # waiting writes hold at most half its threads
         data = app.open_data(path, token, 3600, writable=True, waiting_writes=waiting)
-        days = app.BadDays()
         try:
             with app.serving(data, resets=days) as url:
-                yield _Served(Server(url, clients, path), data, days)
+                yield Server(url, clients, path), data
         finally:
             data.close()
 
 
-def _token(raw: bytes, source: str, token: str) -> str:
-    """The token clients of the file ``raw`` send, as --run's; DataError naming ``source``."""
-    found = app._token_of(app.store.parse(raw, source, token), token)
-    if found is None:
-        raise ValueError("%s: clients use the first account's 'token'; none has one" % source)
-    return found
+class _Session:
+    """The run's one server, put back to each test's ``qstash_data`` before it.  ``first``: its
+    first account answers the token the ini line gave QSTASH_TOKEN before any qstash_data."""
+
+    def __init__(self, first: bool) -> None:
+        self.first, self.days, self._stack = first, app.BadDays(), contextlib.ExitStack()
+        raw = json.dumps(EMPTY_ACCOUNT).encode()
+        self.server, self._data = self._stack.enter_context(_serving(raw, FIXTURE, None, self.days))
+        self.close = self._stack.close
+
+    def reset(self, document: Any) -> str:
+        """Write ``document`` whole, whatever a test left, forget the bad days; return its token."""
+        accounts = document.get("accounts") if type(document) is dict else None
+        if self.first and type(accounts) is list and accounts and type(accounts[0]) is dict:
+            first = {k: v for k, v in accounts[0].items() if k not in ("token", "tokenSha256")}
+            first["token"] = self.server.token
+            document = dict(document, accounts=[first] + accounts[1:])
+        raw = json.dumps(document).encode()
+        loaded = app.store.parse(raw, FIXTURE, self.server.token)
+        token = app.clients_token(loaded, self.server.token, FIXTURE)
+        self._data.replace(raw)
+        self.days.clear()
+        return token
 
 
-def _put_back(served: _Served, document: Any) -> str:
-    """Write ``document`` whole, whatever a test left, and forget the bad days; its token."""
-    accounts = document.get("accounts") if type(document) is dict else None
-    if served.first and type(accounts) is list and accounts and type(accounts[0]) is dict:
-        account = {k: v for k, v in accounts[0].items() if k not in ("token", "tokenSha256")}
-        account["token"] = served.server.token
-        document = dict(document, accounts=[account] + accounts[1:])
-    raw = json.dumps(document).encode()
-    token = _token(raw, FIXTURE, served.server.token)
-    served.data.replace(raw)
-    served.days.clear()
-    return token
-
-
-_run = contextlib.ExitStack()  # the run's server in this process (an xdist worker's own)
-_session: "list[_Served]" = []  # it
+_sessions: "list[_Session]" = []  # the run's server in this process (an xdist worker's own)
 
 try:
     import pytest
@@ -134,26 +119,20 @@ if pytest is not None:
 
     def pytest_report_header(config: pytest.Config) -> Optional[str]:
         """Say at the start where QSTASH_URL names another server (a real QStash, perhaps)."""
-        if "QSTASH_URL" in os.environ and not config.getini(ENVIRON_SETTING):
-            return (
-                "qstash-lists: QSTASH_URL is %s: a client your tests build at import talks to it; "
-                "add 'qstash_lists_environ = true' to pytest.ini to give it the stand-in"
-            ) % os.environ["QSTASH_URL"]
-        return None
-
-    def _start(first: bool) -> _Served:
-        raw = json.dumps(EMPTY_ACCOUNT).encode()
-        _session.append(_run.enter_context(_serving(raw, FIXTURE, None))._replace(first=first))
-        return _session[0]
+        if "QSTASH_URL" not in os.environ or config.getini(ENVIRON_SETTING):
+            return None
+        said = "qstash-lists: QSTASH_URL is %s: a client your tests build at import talks to it; %s"
+        return said % (os.environ["QSTASH_URL"], "add 'qstash_lists_environ = true' to pytest.ini")
 
     def pytest_configure(config: pytest.Config) -> None:
         if config.getini(ENVIRON_SETTING):
-            server = _start(True).server
-            os.environ["QSTASH_URL"], os.environ["QSTASH_TOKEN"] = server.url, server.token
+            _sessions.append(_Session(True))
+            server = _sessions[0].server
+            os.environ.update(QSTASH_URL=server.url, QSTASH_TOKEN=server.token)
 
     def pytest_unconfigure(config: pytest.Config) -> None:
-        _session.clear()
-        _run.close()
+        while _sessions:
+            _sessions.pop().close()
 
     @pytest.fixture
     def qstash_data() -> Any:
@@ -162,10 +141,10 @@ if pytest is not None:
 
     @pytest.fixture
     def qstash_server(qstash_data: Any, monkeypatch: pytest.MonkeyPatch) -> Server:
-        """The run's writable qstash-lists, put back to ``qstash_data`` for this test, and
-        QSTASH_URL and QSTASH_TOKEN set as the SDKs read them.  Each xdist worker has its own."""
-        served = _session[0] if _session else _start(False)
-        token = _put_back(served, qstash_data)
-        monkeypatch.setenv("QSTASH_URL", served.server.url)
+        """The run's server, put back to ``qstash_data``, and QSTASH_URL and QSTASH_TOKEN set."""
+        if not _sessions:
+            _sessions.append(_Session(False))
+        token = _sessions[0].reset(qstash_data)
+        monkeypatch.setenv("QSTASH_URL", _sessions[0].server.url)
         monkeypatch.setenv("QSTASH_TOKEN", token)
-        return served.server._replace(token=token)
+        return cast(Server, _sessions[0].server)._replace(token=token)

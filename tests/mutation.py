@@ -10,6 +10,7 @@ signals): the text to find (it must occur exactly once) and what to put instead.
 """
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,7 @@ WRITER = ("tests/test_writer.py",)
 DIFFERENTIAL = ("tests/test_differential.py",)
 VERSIONS = ("tests/test_versions.py",)
 SAFETY = ("tests/test_write_safety.py",)
+BAD_DAYS = ("tests/test_bad_days.py",)
 MUTANTS: List[Mutant] = [
     # auth
     M("auth", "app.py", 'raise Unauthorized("not a Bearer header")', "pass"),
@@ -871,16 +873,90 @@ MUTANTS: List[Mutant] = [
     M(
         "plugin",
         "testing.py",
-        "    clients = _token(raw, source, token)  # checked before any copy is made",
+        "    clients = app.clients_token(loaded, token, source)",
         "    clients = token",
         ("tests/test_plugin.py",),
     ),
     M(
         "plugin",
         "testing.py",
-        "        self._data.replace(raw)  # written whole",
-        "        pass  # written whole",
+        "        self._data.replace(raw)\n",
+        "        pass\n",
         ("tests/test_plugin.py",),
+    ),
+    M(
+        "plugin",
+        "testing.py",
+        "        self.days.clear()\n",
+        "        pass\n",
+        ("tests/test_plugin.py",),
+    ),
+    # bad days on demand (issue 52)
+    M("baddays", "app.py", "if fault.method in (None, method) and", "if True and", BAD_DAYS),
+    M(
+        "baddays",
+        "app.py",
+        "                    if fault.times > 1:",
+        "                    if False:",
+        BAD_DAYS,
+    ),
+    M(
+        "baddays",
+        "app.py",
+        'prefix, limit, reset = "RateLimit-", 500',
+        'prefix, limit, reset = "Burst-RateLimit-", 500',
+        BAD_DAYS,
+    ),
+    M(
+        "baddays",
+        "app.py",
+        "            days.clear(account.token_sha256)\n",
+        "            pass\n",
+        BAD_DAYS,
+    ),
+    M(
+        "baddays",
+        "app.py",
+        '{field.partition("=")[0] for field in query',
+        "{field for field in query",
+        BAD_DAYS,
+    ),
+    M("baddays", "app.py", "    if suites and days is None:", "    if False:", BAD_DAYS),
+    M(
+        "baddays",
+        "app.py",
+        "collections.deque(maxlen=REQUEST_LOG)",
+        "collections.deque()",
+        BAD_DAYS,
+    ),
+    M(
+        "baddays",
+        "app.py",
+        "    if fault.status is None and not (fault.drop or fault.delay):",
+        "    if False:",
+        BAD_DAYS,
+    ),
+    M(
+        "baddays",
+        "app.py",
+        "        if digest is not None and BODY_KEY not in environ:",
+        "        if False:",
+        BAD_DAYS,
+    ),
+    M(
+        "baddays",
+        "app.py",
+        "            self.clear(digest, log=False)",
+        "            self.clear(digest)",
+        BAD_DAYS,
+    ),
+    M("baddays", "app.py", "        if key not in FAULT_KEYS:", "        if False:", BAD_DAYS),
+    M(
+        "baddays",
+        "app.py",
+        "            self._faults[digest].append(fault)",
+        "            self._faults[b''].append(fault)",
+        BAD_DAYS,
     ),
     # the writer rebuilt (issue 42): exact reuse, the lock on what is renamed, refusals, signals
     M(
@@ -986,11 +1062,16 @@ def run(mutant: Mutant, python: str) -> Tuple[Mutant, bool, str]:
         if "_SHARED" in mutant.replace:
             source += "\n_SHARED: dict[str, int] = {}\n"
         (copy / mutant.file).write_text(source)
+        # The package qstash_lists (a pytester run's plugin, python -m qstash_lists.app) is the
+        # mutated copy too, not the checkout that the editable install maps it to.
+        (copy / ".mutant").mkdir()
+        (copy / ".mutant" / "qstash_lists").symlink_to(copy)
         try:
             done = subprocess.run(
                 [python, "-m", "pytest", "-x", "-q", "-n", "0", "-p", "no:cacheprovider"]
                 + list(mutant.tests),
                 cwd=str(copy),
+                env=dict(os.environ, PYTHONPATH=str(copy / ".mutant")),
                 capture_output=True,
                 text=True,
                 timeout=600,

@@ -257,8 +257,8 @@ def test_the_runner_as_printed_serves_a_copy_and_exits_with_the_commands_status(
         (
             {"accounts": [{"tokenSha256": "a" * 64}]},
             ["--run", "true"],
-            "{path}: --run sets QSTASH_TOKEN to the first account's 'token', and none has one: "
-            "give one account its token in clear",
+            "{path}: its clients are given the first account's 'token', and none has one: give "
+            "one account its token in clear",
         ),
         (
             {"queues": []},
@@ -494,11 +494,13 @@ def test_a_fault_names_the_file_or_fixture_given_not_a_copy(tmp_path: Path) -> N
         with testing.serve(str(bad)):
             pass
     assert all(line.startswith(str(bad) + ": ") for line in info.value.faults)
-    raw = json.dumps(testing.EMPTY_ACCOUNT).encode()
-    with testing._serving(raw, testing.FIXTURE, None) as served:
+    session = testing._Session(False)
+    try:
         with pytest.raises(service.store.DataError) as info:
-            testing._put_back(served, {"queues": [{"name": "q"}]})
+            session.reset({"queues": [{"name": "q"}]})
         assert all(line.startswith(testing.FIXTURE + ": ") for line in info.value.faults)
+    finally:
+        session.close()
     done = subprocess.run(
         [sys.executable, str(ROOT / "app.py"), "--data", str(bad), "--run", "true"],
         capture_output=True,

@@ -8,7 +8,7 @@ queues; prints one JSON object: what each list raised or returned.
 import json
 import os
 import urllib.request
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
 from qstash import QStash
 from qstash.errors import DailyMessageLimitExceededError, QStashError, RateLimitExceededError
@@ -43,12 +43,13 @@ def listed(client: QStash) -> Dict[str, Any]:
 
 client = QStash(TOKEN, base_url=URL)
 results = {}
-for name, keys in [
+faults: List[Tuple[str, Dict[str, Any]]] = [
     ("burst", {"status": 429, "limit": 10, "remaining": 0, "reset": 1800000000}),
     ("daily", {"status": 429, "daily": True, "limit": 500, "remaining": 0, "reset": 1800000000}),
     ("unavailable", {"status": 503}),
     ("dropped", {"drop": True}),
-]:
+]
+for name, keys in faults:
     fault(**keys)
     results[name] = listed(client)
 results["after"] = listed(client)
