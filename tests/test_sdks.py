@@ -201,6 +201,22 @@ def test_the_readmes_serve_example_runs(tmp_path: Path) -> None:
     assert (done.returncode, done.stdout) == (0, "['emails']\n"), done.stderr
 
 
+@needs_sdk_and_pytest
+def test_the_readmes_bad_day_recipe_passes(tmp_path: Path) -> None:
+    """The README's Python recipe for a rate limit at startup, as a user copies it."""
+    recipe = readme_section_block("In your tests", "python", "RateLimitExceededError")
+    (tmp_path / "test_startup.py").write_text(recipe)
+    done = subprocess.run(
+        [SDK_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+        env=dict(os.environ, PYTEST_ADDOPTS=""),
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
+
+
 @needs_js_sdk
 def test_the_readmes_js_suite_passes_under_the_runner_as_printed(tmp_path: Path) -> None:
     """The README's fixture and node:test files (two, 30 tests each that reset, write and check,
@@ -210,8 +226,12 @@ def test_the_readmes_js_suite_passes_under_the_runner_as_printed(tmp_path: Path)
     shutil.rmtree(folder, ignore_errors=True)  # node --test runs every test file it finds there
     folder.mkdir()
     emails = readme_section_block("In your tests", "js", "node:test")
-    (folder / "emails.test.mjs").write_text(emails)
     reports = emails.replace("test-emails", "test-reports").replace("emails-", "reports-")
+    # The bad-day recipe, in emails.test.mjs as the README says.
+    imported = "import { Client, QstashRatelimitError } from"
+    emails = emails.replace("import { Client } from", imported)
+    emails += readme_section_block("In your tests", "js", "QstashRatelimitError")
+    (folder / "emails.test.mjs").write_text(emails)
     (folder / "reports.test.mjs").write_text(reports)
     fixture = folder / "fixture.json"
     fixture.write_text(readme_section_block("In your tests", "json", "test-emails"))
@@ -226,7 +246,7 @@ def test_the_readmes_js_suite_passes_under_the_runner_as_printed(tmp_path: Path)
             text=True,
             timeout=300,
         )
-        assert done.returncode == 0 and "# pass 60" in done.stdout, (run, done.stdout, done.stderr)
+        assert done.returncode == 0 and "# pass 61" in done.stdout, (run, done.stdout, done.stderr)
         assert done.stderr == "" and fixture.read_bytes() == before
 
 
@@ -264,10 +284,10 @@ def test_the_js_sdks_dev_mode_uses_this_server_and_downloads_nothing(tmp_path: P
     assert "download" not in (done.stdout + done.stderr).lower() and "ENOTFOUND" not in done.stderr
 
 
-def test_the_readme_lists_every_release_the_matrix_checks() -> None:
-    """The README's "works with" lines are the matrix's: tests/sdk/matrix.py --markdown prints them
-    when every release works (it fails, in CI, when one does not), and a release KNOWN to fail is
-    listed with its reason."""
+def test_the_docs_list_every_release_the_matrix_checks() -> None:
+    """docs/http.md's "works with" lines are the matrix's: tests/sdk/matrix.py --markdown prints
+    them when every release works (it fails, in CI, when one does not), and a release KNOWN to
+    fail is listed with its reason."""
     import sys
 
     sys.path.insert(0, str(HERE / "sdk"))
@@ -282,8 +302,8 @@ def test_the_readme_lists_every_release_the_matrix_checks() -> None:
         ]
         for language, versions in matrix.RELEASES.items()
     }
-    readme = (ROOT / "README.md").read_text().splitlines()
-    assert all(line in readme for line in matrix.works_with(lines)), matrix.works_with(lines)
+    listed = (ROOT / "docs" / "http.md").read_text().splitlines()
+    assert all(line in listed for line in matrix.works_with(lines)), matrix.works_with(lines)
 
 
 @pytest.fixture(scope="module", params=["python app.py", "uwsgi"])

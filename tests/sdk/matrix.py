@@ -2,7 +2,7 @@
 
     python tests/sdk/matrix.py             # every release in RELEASES, against python app.py
     python tests/sdk/matrix.py --latest    # and say which newer minor lines the registries have
-    python tests/sdk/matrix.py --markdown  # print the README's "works with" lines
+    python tests/sdk/matrix.py --markdown  # print docs/http.md's "works with" lines
 
 For @upstash/qstash, the last patch of every minor line from 2.0 (there is no 1.x; 0.x has no
 topic or queue calls); for the Python ``qstash``, the last patch of every minor line on PyPI.
@@ -293,7 +293,7 @@ def run(language: str, version: str, url: str, dev_port: int) -> Tuple[Dict[str,
 
 
 def works_with(lines: Dict[str, List[str]]) -> List[str]:
-    """The README's "works with" lines: each SDK's releases, and why one fails, where one does."""
+    """docs/http.md's "works with" lines: each SDK's releases, and why one fails, where one does."""
     names = {"js": "`@upstash/qstash`", "python": "`qstash` (Python)"}
     return [
         "- %s: %s" % (names[language], ", ".join(shown))
@@ -308,7 +308,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "--latest", action="store_true", help="also list the registries' newer minor lines"
     )
     parser.add_argument(
-        "--markdown", action="store_true", help="print the README's 'works with' lines"
+        "--markdown", action="store_true", help="print docs/http.md's 'works with' lines"
     )
     parser.add_argument("--only", choices=["js", "python"], help="one SDK only")
     args = parser.parse_args(argv)
