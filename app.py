@@ -125,6 +125,7 @@ FIELDS = {
 PRIVATE = "private, no-cache"
 NO_STORE = "no-store"  # signing keys (secrets), errors, writes, health: no cache stores them at all
 MAX_BODY = 64 * 1024  # the largest body a write takes (QStash's carry a few hundred bytes)
+MAX_NAME = 200  # the longest name of a queue or URL group a write makes
 #: What a request's environ carries for the request log (PEP 3333: a name of the app's own).
 ACCOUNT_KEY, BODY_KEY = "qstash_lists.account", "qstash_lists.body"
 #: The 503 while no good version of the data file has been loaded (see make_app).
@@ -287,13 +288,6 @@ class Conflict(HTTPError):
         "conflict: the data file on the server was edited and does not load; nothing was written; "
         "the server log names the fault"
     )
-
-
-class PreconditionFailed(HTTPError):
-    """A write past a limit of what writes may make (the message names it)."""
-
-    status = HTTPStatus.PRECONDITION_FAILED
-    why = "over a limit"
 
 
 class PayloadTooLarge(HTTPError):
@@ -825,18 +819,14 @@ class ItemChange(NamedTuple):
     args: Tuple[Any, ...]  # what it takes after the item and the time
 
 
-def change(environ: WSGIEnvironment, target: Target, longest: int) -> ItemChange:
-    """The change that a write asks for, from its route and body; BadRequest for a bad one.
-    ``longest``: the longest name a write may give (store.Limits)."""
+def change(environ: WSGIEnvironment, target: Target) -> ItemChange:
+    """The change that a write asks for, from its route and body; BadRequest for a bad one."""
     name = target.name or ""
     if target.route == "/v2/queues":
-        return _upsert(_body(environ), longest)
+        return _upsert(_body(environ))
     if target.route.endswith("/endpoints") and environ.get("REQUEST_METHOD") == "POST":
-        if len(name) > longest:
-            raise BadRequest(
-                "bad request: a URL group's name is at most %d characters (a QStash plan limit)"
-                % longest
-            )
+        if len(name) > MAX_NAME:
+            raise BadRequest("bad request: a URL group's name is at most %d characters" % MAX_NAME)
         return ItemChange(name, store.add_endpoints, (name, _endpoints(_body(environ), True)))
     if target.route.endswith("/endpoints"):
         return ItemChange(name, store.remove_endpoints, (_endpoints(_body(environ), False),))
@@ -847,13 +837,13 @@ def change(environ: WSGIEnvironment, target: Target, longest: int) -> ItemChange
     return ItemChange(name, store.delete_item, ())
 
 
-def _upsert(body: Dict[str, Any], longest: int) -> ItemChange:
+def _upsert(body: Dict[str, Any]) -> ItemChange:
     """The change of a queue's upsert (``queueName``, ``parallelism``, ``paused``)."""
     name = _field(
         body,
         "queueName",
-        lambda v: store.is_name(v) and len(v) <= longest,
-        "a name of %s, at most %d characters (a QStash plan limit)" % (store.NAME_RULE, longest),
+        lambda v: store.is_name(v) and len(v) <= MAX_NAME,
+        "a name of %s, at most %d characters" % (store.NAME_RULE, MAX_NAME),
     )
     parallelism = _field(
         body,
@@ -890,7 +880,7 @@ def write(
     """Make one of QStash's writes to the token's account in the data file: 200 without content
     once it is on disk."""
     field, noun = FIELDS[target.collection]
-    asked = change(environ, target, source.limits.name)
+    asked = change(environ, target)
     try:
         did = source.update(account.token_sha256, field, asked.name, asked.make, *asked.args)
     except KeyError:
@@ -905,7 +895,6 @@ def write(
 #: What a refused write answers, by the kind of store.DataError (a kind not listed: as its nearest
 #: parent that is).
 REFUSALS: Dict[type, typing.Type[HTTPError]] = {
-    store.LimitReached: PreconditionFailed,
     store.Unloadable: Conflict,
     store.TooLarge: InsufficientStorage,
     store.DataError: ServiceUnavailable,
@@ -913,11 +902,8 @@ REFUSALS: Dict[type, typing.Type[HTTPError]] = {
 
 
 def _refused(exc: store.DataError) -> HTTPError:
-    """The answer to a refused write.  A limit's names no file and is the answer's own words; any
-    other is logged, and the answer does not name the file."""
+    """The answer to a refused write; its fault is logged (the answer does not name the file)."""
     error = next(REFUSALS[cls] for cls in type(exc).__mro__ if cls in REFUSALS)
-    if isinstance(exc, store.LimitReached):
-        return error("precondition failed: %s; nothing was written" % exc)
     logger.error("%s", exc.faults[0] if exc.faults else exc)  # it says nothing was written
     return error()
 
@@ -1335,7 +1321,7 @@ def read_settings(
 
 
 #: Load a data file and keep it fresh: ``open_data(path, token, interval, fallback=, max_size=,
-#: required=, writable=, limits=, waiting_writes=)`` (see store.DataFile and store.parse).
+#: required=, writable=, waiting_writes=)`` (see store.DataFile and store.parse).
 open_data = store.DataFile
 
 

@@ -89,15 +89,6 @@ FILE_CLOSE = b"\n]}\n"
 SINGLE_CLOSE = b"\n"
 
 
-class Limits(NamedTuple):
-    """What writes may create in one account (QStash has plan limits); a data file that holds more
-    still loads."""
-
-    items: int = 1000  # queues, and URL groups, per account
-    endpoints: int = 1000  # endpoints per URL group
-    name: int = 200  # characters in the name of a queue or URL group a write creates
-
-
 class Signature(NamedTuple):
     """What stat says of a version of the file.  It may say "changed"; "unchanged" only where it
     cannot be wrong (see _Version.unchanged): inode numbers come back, and versions written
@@ -139,11 +130,6 @@ class TooLarge(DataError):
 class Busy(DataError):
     """A write that could not have the lock in time: another process, or this one's writes before
     it, held it."""
-
-
-class LimitReached(DataError):
-    """A write would make more items in an account, or endpoints in a URL group, than the Limits
-    allow."""
 
 
 # ---- The rules, each written once; the schema and the checker judge every value by them ----------
@@ -1586,7 +1572,6 @@ class DataFile:
         max_size: int = DEFAULT_MAX_SIZE,
         required: bool = True,
         writable: bool = False,
-        limits: Limits = Limits(),  # noqa: B008 (immutable)
         waiting_writes: int = WAITING_WRITES,
     ) -> None:
         if interval <= 0:
@@ -1595,7 +1580,6 @@ class DataFile:
         self.interval = interval
         self.max_size = max_size
         self.writable = writable
-        self.limits = limits
         self._served = _Served(path, token, fallback, max_size)
         self._writer = _GroupCommit(path, waiting_writes)
         self._closed = False
@@ -1660,7 +1644,7 @@ class DataFile:
     ) -> str:
         """Make ``change(item, now, *args)`` to the item ``name`` of ``kind`` ("queues",
         "url_groups") of the account ``digest`` in the latest version, write the file, serve it
-        and say what it did; or KeyError (no such account), NoSuchItem, LimitReached, TooLarge,
+        and say what it did; or KeyError (no such account), NoSuchItem, TooLarge,
         Unloadable (a file that does not load: kept), Busy (the lock not had in time), DataError
         (unwritable)."""
         change_item = partial(self._item_changed, digest, kind, name, change, args)
@@ -1744,7 +1728,7 @@ class DataFile:
             write.did, write.error = None, None
             try:
                 store, write.did = write.change(store, now)
-            except (KeyError, NoSuchItem, LimitReached, TooLarge) as exc:  # this change's own
+            except (KeyError, NoSuchItem, TooLarge) as exc:  # this change's own
                 write.did, write.error = None, exc
         return store
 
@@ -1759,15 +1743,13 @@ class DataFile:
         now: int,
     ) -> tuple[Store, str]:
         """The change of update(): ``store`` with ``change`` made to the item; KeyError if the
-        account is not there, LimitReached or TooLarge past a limit (an account or a file that
-        holds more may keep it, or shrink: the limits are for what writes make)."""
+        account is not there, TooLarge past a size limit (see _check_sizes)."""
         account = store.by_digest[digest]
         items = getattr(account, kind)
         item = items.get(name)
         new, did = change(item, now, *args)
         if new is item:
             return store, did
-        self._check_limits(items, kind, item, new)
         if new is None:
             items = {key: value for key, value in items.items() if key != name}
         else:
@@ -1794,28 +1776,6 @@ class DataFile:
         )
         self._check_sizes(store, account, fresh, changed)
         return fresh
-
-    def _check_limits(
-        self, items: Mapping[str, Item], kind: str, item: Optional[Item], new: Optional[Item]
-    ) -> None:
-        """LimitReached if ``new`` in place of ``item`` in ``items`` (of ``kind``) makes more than
-        the Limits allow."""
-        if item is None and len(items) >= self.limits.items:
-            noun = "URL groups" if kind == "url_groups" else "queues"
-            raise LimitReached(
-                [
-                    "this account has %d %s, the most a write may make (a QStash plan limit)"
-                    % (len(items), noun)
-                ]
-            )
-        have = len(item.endpoints) if isinstance(item, UrlGroup) else 0
-        if isinstance(new, UrlGroup) and len(new.endpoints) > max(self.limits.endpoints, have):
-            raise LimitReached(
-                [
-                    "a URL group may have %d endpoints at the most (a QStash plan limit)"
-                    % self.limits.endpoints
-                ]
-            )
 
     def _check_sizes(self, store: Store, account: Account, fresh: Store, changed: Account) -> None:
         """TooLarge if ``changed`` in place of ``account`` makes the account larger and over its

@@ -224,10 +224,7 @@ def test_no_write_makes_a_file_that_would_not_load_again(tmp_path: Path) -> None
     it: a write, even a delete, is a 507 and the file is kept as it is; with room, it is a 200."""
     path = tmp_path / "data.json"
     raw = compact_file(path, 2000)
-    limits = store.Limits(items=10**6)
-    data = service.open_data(
-        str(path), None, 3600, writable=True, max_size=len(raw) + 10, limits=limits
-    )
+    data = service.open_data(str(path), None, 3600, writable=True, max_size=len(raw) + 10)
     app = service.create_app(data, False)
     assert send(app, "DELETE", "/v2/queues/q000007", None).status == 507
     assert path.read_bytes() == raw

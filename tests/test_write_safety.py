@@ -441,7 +441,7 @@ def test_a_write_taken_by_the_write_at_work_is_answered_with_it_even_past_the_lo
             b'{"queueName": "\\ud800"}',
             "queueName: expected a name of only letters, digits, '-', '.' and "
             "'_', not dots alone, at most "
-            '200 characters (a QStash plan limit), got "\\ud800"',
+            '200 characters, got "\\ud800"',
         ),
         (
             b'{"queueName": "q", "paused": "\\udfff"}',
@@ -516,37 +516,13 @@ def test_keys_given_twice_are_found_in_linear_time() -> None:
 
 # ---- 8. No account takes another's room; every name a write makes can be read and removed
 # ---------
-def test_limits_on_items_endpoints_and_names(path: Path) -> None:
-    app = writable(path, limits=store.Limits(items=2, endpoints=3, name=10))
-    assert send(app, "POST", "/v2/queues", {"queueName": "second"}).status == 200
-    third = send(app, "POST", "/v2/queues", {"queueName": "third"})
-    assert (third.status, error(third)) == (
-        412,
-        "precondition failed: this account has 2 queues, the most a write may make (a QStash plan "
-        "limit); nothing was written",
-    )
-    assert (
-        send(app, "POST", "/v2/queues", {"queueName": "second", "parallelism": 4}).status == 200
-    )  # an update
-    four = {"endpoints": [{"url": "https://a.example/%d" % i} for i in range(4)]}
-    assert send(app, "POST", "/v2/topics/g/endpoints", four).status == 412
-    assert (
-        send(
-            app, "POST", "/v2/topics/orders/endpoints", {"endpoints": four["endpoints"][:1]}
-        ).status
-        == 200
-    )
-    long = send(app, "POST", "/v2/queues", {"queueName": "q" * 11})
-    assert long.status == 400 and "at most 10 characters (a QStash plan limit)" in error(long)
-    assert (
-        send(
-            app,
-            "POST",
-            "/v2/topics/%s/endpoints" % ("g" * 11),
-            {"endpoints": four["endpoints"][:1]},
-        ).status
-        == 400
-    )
+def test_a_name_a_write_makes_is_at_most_max_name_characters(path: Path) -> None:
+    app = writable(path)
+    too_long = "q" * (service.MAX_NAME + 1)
+    long = send(app, "POST", "/v2/queues", {"queueName": too_long})
+    assert long.status == 400 and "at most 200 characters, got" in error(long)
+    endpoints = {"endpoints": [{"url": "https://a.example/1"}]}
+    assert send(app, "POST", "/v2/topics/%s/endpoints" % too_long, endpoints).status == 400
 
 
 def test_one_account_cannot_take_the_room_of_another(tmp_path: Path) -> None:
@@ -568,7 +544,7 @@ def test_the_default_name_limit_keeps_every_name_readable_and_deletable_by_its_u
     tmp_path: Path,
 ) -> None:
     path = write_json(tmp_path / "data.json", accounts_document())
-    name = "n" * store.Limits().name
+    name = "n" * service.MAX_NAME
     with serving(path, "--writable", "--quiet") as server:
         headers = {"Authorization": "Bearer " + TOKEN_A}
         conn = http.client.HTTPConnection(server.host, server.port, timeout=10)

@@ -241,7 +241,7 @@ BAD = [
         {"parallelism": 1},
         "bad request: queueName: expected a name of only letters, digits, '-', '.' and "
         "'_', not dots alone, at "
-        "most 200 characters (a QStash plan limit), got nothing",
+        "most 200 characters, got nothing",
     ),
     (
         "POST",
@@ -249,7 +249,7 @@ BAD = [
         {"queueName": "a b", "parallelism": 1},
         "bad request: queueName: expected a name of only letters, digits, '-', '.' and "
         "'_', not dots alone, at "
-        'most 200 characters (a QStash plan limit), got "a b"',
+        'most 200 characters, got "a b"',
     ),
     (
         "POST",
@@ -257,7 +257,7 @@ BAD = [
         {"queueName": "q" * 201, "parallelism": 1},
         "bad request: queueName: expected a name of only letters, digits, '-', '.' and "
         "'_', not dots alone, at "
-        'most 200 characters (a QStash plan limit), got "%s' % ("q" * 59),
+        'most 200 characters, got "%s' % ("q" * 59),
     ),
     (
         "POST",
@@ -345,8 +345,8 @@ def test_a_message_is_escaped_once(writable: Any) -> None:
     """The SDK user reads the body as it is: a value outside the rule shows as written, in UTF-8."""
     response = send(writable, "POST", "/v2/queues", {"queueName": "ünï", "parallelism": 1})
     message = (
-        "bad request: queueName: expected a name of %s, at most 200 characters (a QStash plan "
-        'limit), got "ünï"' % store.NAME_RULE
+        'bad request: queueName: expected a name of %s, at most 200 characters, got "ünï"'
+        % store.NAME_RULE
     )
     assert (
         response.body
