@@ -1764,8 +1764,9 @@ def _add_switches(parser: argparse.ArgumentParser) -> None:
         "--reset",
         action="store_true",
         dest="resets",
-        help="with --writable: POST %s puts the token's account back as the server started "
-        "(default: off, or $QSTASH_LISTS_RESET)" % RESET_PATH,
+        help="with --writable: POST %s puts the token's account back as the server started, "
+        "and a suite asks for QStash's bad days (docs/http.md) (default: off, or "
+        "$QSTASH_LISTS_RESET)" % RESET_PATH,
     )
     parser.add_argument(
         "--quiet",
@@ -1827,24 +1828,33 @@ def _run_command(settings: Mapping[str, Any], args: argparse.Namespace, prog: st
         token = clients_token(loaded, settings["token"], path)
     except ValueError as exc:
         return _fail([str(exc)])
-    log = _log_to_stderr(args.quiet)
     port = 0 if args.port is None else settings["port"]
     with tempfile.TemporaryDirectory(prefix="qstash-lists-") as folder:
-        copy = os.path.join(folder, os.path.basename(path))
-        shutil.copyfile(path, copy)
-        data = _data_file(
-            dict(settings, data=copy, writable=True),
-            fallback,
-            required=True,
-            waiting_writes=settings["threads"] // 2,
-        )
+        watcher = _watcher(folder)  # while this process has no thread
+        log = _log_to_stderr(args.quiet)
         try:
-            with serving(data, settings["host"], port, settings["threads"], resets=True) as url:
-                if not args.quiet:
-                    logger.info("serving a copy of %s on %s for: %s", path, url, " ".join(args.run))
-                return _child(args.run, dict(os.environ, QSTASH_URL=url, QSTASH_TOKEN=token), prog)
+            copy = os.path.join(folder, os.path.basename(path))
+            shutil.copyfile(path, copy)
+            data = _data_file(
+                dict(settings, data=copy, writable=True),
+                fallback,
+                required=True,
+                waiting_writes=settings["threads"] // 2,
+            )
+            try:
+                with serving(data, settings["host"], port, settings["threads"], resets=True) as url:
+                    if not args.quiet:
+                        logger.info(
+                            "serving a copy of %s on %s for: %s", path, url, " ".join(args.run)
+                        )
+                    env = dict(os.environ, QSTASH_URL=url, QSTASH_TOKEN=token)
+                    return _child(args.run, env, prog, watcher)
+            finally:
+                data.close()
         finally:
-            data.close()
+            with contextlib.suppress(OSError):
+                os.write(watcher, b"done\n")  # nothing for it to do
+            os.close(watcher)
             log.close()
 
 
@@ -1862,11 +1872,40 @@ def clients_token(loaded: store.Store, token: Optional[str], source: str) -> str
     )
 
 
-def _child(command: List[str], env: Dict[str, str], prog: str) -> int:
-    """Run ``command`` in a process group of its own to its end and return its exit status (a
-    signal's as a shell gives it: 128 + its number; 127: not found; 126: not runnable).  SIGTERM
-    and SIGINT (Ctrl-C at the terminal, or either sent to this process alone) go to its whole
-    group; what it leaves running in its group is sent SIGTERM when it ends."""
+def _watcher(folder: str) -> int:
+    """Fork --run's watcher (in a process with no thread: a fork copies none) and return the write
+    end of its pipe, which takes the command's process group, then "done".  A pipe that ends without
+    "done" (this process killed, whose own clean-up never runs) has it end that group and remove
+    ``folder``, the served copy's."""
+    read, write = os.pipe()
+    forked = os.fork()
+    if forked:
+        os.close(read)
+        os.waitpid(forked, 0)  # gone at once: the watcher, its child, is init's to reap
+        return write
+    try:  # out of the terminal's session, holding none of its streams
+        os.close(write)
+        os.setsid()
+        if os.fork():
+            os._exit(0)
+        null = os.open(os.devnull, os.O_RDWR)
+        for stream in (0, 1, 2):
+            os.dup2(null, stream)
+        with os.fdopen(read) as pipe:
+            said = pipe.read().split()
+        if said[-1:] != ["done"]:
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                os.killpg(int(said[0]), signal.SIGTERM)
+            shutil.rmtree(folder, ignore_errors=True)
+    finally:
+        os._exit(0)
+
+
+def _child(command: List[str], env: Dict[str, str], prog: str, watcher: int) -> int:
+    """Run ``command`` in a process group of its own (given to ``watcher``) to its end and return
+    its exit status (a signal's as a shell gives it: 128 + its number; 127: not found; 126: not
+    runnable).  SIGTERM and SIGINT (Ctrl-C at the terminal, or either sent to this process alone)
+    go to its whole group; what it leaves running in its group is sent SIGTERM when it ends."""
     started: List[subprocess.Popen[bytes]] = []
     signalled: List[int] = []  # while it starts: sent on once it has
 
@@ -1885,6 +1924,7 @@ def _child(command: List[str], env: Dict[str, str], prog: str) -> int:
         print("%s --run: cannot run %s: %s" % (prog, command[0], exc.strerror), file=sys.stderr)
         return 127 if isinstance(exc, FileNotFoundError) else 126
     child = started[0]
+    os.write(watcher, b"%d\n" % child.pid)
     for pending in signalled[:1]:
         os.killpg(child.pid, pending)
     try:

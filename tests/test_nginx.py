@@ -328,6 +328,29 @@ def test_revalidation_keeps_the_connection_to_nginx(tmp_path: Path) -> None:
         conn.close()
 
 
+def test_nginx_compresses_a_large_list_for_a_client_that_asks(tmp_path: Path) -> None:
+    """The replicas send bodies whole (docs/http.md); the documented nginx compresses them."""
+    import gzip
+
+    document = {
+        "accounts": [
+            {"token": TOKEN_A, "queues": [dict(ALPHA_QUEUE, name="q%d" % i) for i in range(100)]}
+        ]
+    }
+    data = write_json(tmp_path / "data.json", document)
+    backend = free_port()
+    with replica(data, backend), nginx(tmp_path, [backend]) as port:
+        plain = get(port)[2]
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        headers = {"Authorization": "Bearer " + TOKEN_A, "Accept-Encoding": "gzip"}
+        conn.request("GET", "/v2/queues", headers=headers)
+        response = conn.getresponse()
+        body = response.read()
+        conn.close()
+    assert response.getheader("Content-Encoding") == "gzip" and len(body) * 4 < len(plain)
+    assert gzip.decompress(body) == plain
+
+
 def test_the_health_check_is_never_rate_limited_and_skips_a_replica_that_is_not_ready(
     tmp_path: Path,
 ) -> None:

@@ -324,6 +324,43 @@ def test_a_signal_to_the_runner_leaves_no_process_it_started(
     eventually(lambda: _alive(marker, proc.pid) == [])
 
 
+def _told(marker: str, runner: int) -> bool:
+    """Whether --run's watcher (of this run: ``marker``) has read the command's group from its
+    pipe: the bytes it has read since it was forked (/proc's count; it reads nothing else)."""
+    for pid in _alive(marker, runner):
+        if os.getsid(pid) != os.getsid(runner) and os.readlink(
+            "/proc/%d/exe" % pid
+        ) == os.path.realpath(sys.executable):  # the watcher: this Python, a session of its own
+            counts = dict(
+                line.split(": ")
+                for line in Path("/proc/%d/io" % pid).read_text().split("\n")
+                if line
+            )
+            return int(counts["rchar"]) > 0
+    return False
+
+
+def test_the_runner_killed_leaves_neither_the_command_nor_the_copy(tmp_path: Path) -> None:
+    """SIGKILL of the runner, which can clean nothing up itself: its watcher ends the command's
+    group and removes the served copy."""
+    marker = "QSTASH_LISTS_TEST_MARKER=%s" % tmp_path
+    (tmp_path / "tmp").mkdir()
+    fixture = write_json(tmp_path / "fixture.json", accounts_document())
+    command = ["sh", "-c", "sleep 300 & sleep 301 & echo started; wait"]
+    with started(
+        [sys.executable, str(ROOT / "app.py"), "--data", str(fixture), "--quiet", "--run"]
+        + command,
+        env=dict([marker.split("=")], TMPDIR=str(tmp_path / "tmp")),
+    ) as proc:
+        assert proc.stdout is not None and "started" in proc.stdout.readline()
+        assert len(list((tmp_path / "tmp").iterdir())) == 1  # the copy's folder
+        eventually(lambda: _told(marker, proc.pid))  # a kill before that leaves the group
+        proc.kill()
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+    eventually(lambda: _alive(marker, proc.pid) == [])
+    eventually(lambda: list((tmp_path / "tmp").iterdir()) == [])
+
+
 def test_the_runner_signalled_before_its_command_starts_does_not_pass(tmp_path: Path) -> None:
     """A stop while the fixture loads: the command never ran, so the exit status is not 0."""
     big = {"queues": [dict(ALPHA_QUEUE, name="q%d" % i) for i in range(200000)]}

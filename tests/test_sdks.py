@@ -250,6 +250,33 @@ def test_the_readmes_js_suite_passes_under_the_runner_as_printed(tmp_path: Path)
         assert done.stderr == "" and fixture.read_bytes() == before
 
 
+@pytest.mark.skipif(shutil.which("go") is None, reason="no Go (apt-get install golang-go)")
+def test_the_go_suite_passes_under_the_runner_as_printed(tmp_path: Path) -> None:
+    """docs/http.md's Go suite (net/http, no SDK) with the README's fixture, three runs."""
+    text = (ROOT / "docs" / "http.md").read_text()
+    section = text[text.index("## From Go") :]
+    (tmp_path / "queues_test.go").write_text(section.split("```go\n")[1].split("```")[0])
+    (tmp_path / "go.mod").write_text("module example\n\ngo 1.19\n")
+    fixture = tmp_path / "fixture.json"
+    fixture.write_text(readme_section_block("In your tests", "json", "test-emails"))
+    command = ["--data", "fixture.json", "--quiet", "--run", "go", "test", "./..."]
+    assert "qstash-lists " + " ".join(command) in section
+    for run in range(3):
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "app.py")] + command,
+            cwd=str(tmp_path),
+            env=dict(os.environ, GOFLAGS="-count=1", GOCACHE=str(tmp_path / "cache")),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0 and done.stdout.startswith("ok "), (
+            run,
+            done.stdout,
+            done.stderr,
+        )
+
+
 @needs_js_sdk
 def test_the_readmes_js_example_runs(server: Server) -> None:
     # An ES module finds its packages next to itself, so the example runs from the SDK's folder.
