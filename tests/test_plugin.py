@@ -350,7 +350,7 @@ def test_the_runner_killed_leaves_neither_the_command_nor_the_copy(tmp_path: Pat
     with started(
         [sys.executable, str(ROOT / "app.py"), "--data", str(fixture), "--quiet", "--run"]
         + command,
-        env=dict([marker.split("=")], TMPDIR=str(tmp_path / "tmp")),
+        env={"QSTASH_LISTS_TEST_MARKER": str(tmp_path), "TMPDIR": str(tmp_path / "tmp")},
     ) as proc:
         assert proc.stdout is not None and "started" in proc.stdout.readline()
         assert len(list((tmp_path / "tmp").iterdir())) == 1  # the copy's folder
