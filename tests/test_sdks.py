@@ -179,15 +179,20 @@ def test_a_users_suite_from_the_readme_passes_with_the_fixture(
     (tmp_path / "pytest.ini").write_text(readme_section_block("In your tests", "ini"))
     suite = readme_section_block("In your tests", "python", "qstash_server")
     (tmp_path / "test_users.py").write_text(suite)
+    user_suite(tmp_path, "100 passed", "-n", workers)
+
+
+def user_suite(folder: Path, passed: str, *args: str) -> None:
+    """Run pytest in ``folder`` with the SDK's interpreter, as a user's project would."""
     done = subprocess.run(
-        [SDK_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", workers],
+        [SDK_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
         env=dict(os.environ, PYTEST_ADDOPTS=""),
-        cwd=str(tmp_path),
+        cwd=str(folder),
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert done.returncode == 0 and "100 passed" in done.stdout, done.stdout + done.stderr
+    assert done.returncode == 0 and passed in done.stdout, done.stdout + done.stderr
 
 
 @needs_sdk_and_pytest
@@ -206,15 +211,7 @@ def test_the_readmes_bad_day_recipe_passes(tmp_path: Path) -> None:
     """The README's Python recipe for a rate limit at startup, as a user copies it."""
     recipe = readme_section_block("In your tests", "python", "RateLimitExceededError")
     (tmp_path / "test_startup.py").write_text(recipe)
-    done = subprocess.run(
-        [SDK_PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-        env=dict(os.environ, PYTEST_ADDOPTS=""),
-        cwd=str(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0 and "1 passed" in done.stdout, done.stdout + done.stderr
+    user_suite(tmp_path, "1 passed")
 
 
 @needs_js_sdk
