@@ -877,6 +877,27 @@ MUTANTS: List[Mutant] = [
         "        pass\n",
         ("tests/test_plugin.py",),
     ),
+    M(
+        "watcher",
+        "app.py",
+        "                os.killpg(int(said[0]), signal.SIGTERM)",
+        "                pass",
+        ("tests/test_plugin.py",),
+    ),
+    M(
+        "watcher",
+        "app.py",
+        "            shutil.rmtree(folder, ignore_errors=True)",
+        "            pass",
+        ("tests/test_plugin.py",),
+    ),
+    M(
+        "watcher",
+        "app.py",
+        '        if said[-1:] != ["done"]:',
+        "        if True:",
+        ("tests/test_plugin.py",),
+    ),
     # bad days on demand (issue 52)
     M("baddays", "app.py", "if fault.method in (None, method) and", "if True and", BAD_DAYS),
     M(
