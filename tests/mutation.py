@@ -891,13 +891,6 @@ MUTANTS: List[Mutant] = [
         "            pass",
         ("tests/test_plugin.py",),
     ),
-    M(
-        "watcher",
-        "app.py",
-        '        if said[-1:] != ["done"]:',
-        "        if True:",
-        ("tests/test_plugin.py",),
-    ),
     # bad days on demand (issue 52)
     M("baddays", "app.py", "if fault.method in (None, method) and", "if True and", BAD_DAYS),
     M(
