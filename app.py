@@ -676,10 +676,11 @@ class BadDays:
         return _written("fault added")
 
 
-def _meet(fault: Fault) -> None:
-    """Wait a fault's delay, then drop the request or answer its status."""
+def _meet(fault: Fault, days: BadDays, environ: WSGIEnvironment) -> None:
+    """Wait a fault's delay, then drop the request (noted in ``days``) or answer its status."""
     time.sleep(fault.delay)
     if fault.drop:
+        days.note(environ, None)
         raise Dropped()
     if fault.status is None:
         return
@@ -737,7 +738,7 @@ def respond(
             account.token_sha256, method, target.route.replace("{name}", target.name or "")
         )
         if fault is not None:
-            _meet(fault)
+            _meet(fault, days, environ)
     if method in ("GET", "HEAD"):
         return read(environ, account, target)
     return write(environ, source, account, target)
@@ -955,10 +956,8 @@ def create_app(
             answer = respond(environ, source, allowed_hosts, days)
         except HTTPError as err:
             answer = err.render()
-        except Dropped:
-            if days is not None:
-                days.note(environ, None)
-            from waitress.channel import ClientDisconnected  # waitress closes it unanswered
+        except Dropped:  # noted; waitress closes the connection unanswered
+            from waitress.channel import ClientDisconnected
 
             raise ClientDisconnected() from None
         except Exception:
