@@ -729,8 +729,9 @@ def respond(
     account = _account(environ, source, allowed_hosts)
     if days is not None:
         if target.route == RESET_PATH:
-            days.clear(account.token_sha256)
-            return reset(source, account)
+            answer = reset(source, account)
+            days.clear(account.token_sha256)  # once the account is put back
+            return answer
         if suites:
             return days.answer(environ, account.token_sha256, target.route)
         environ[ACCOUNT_KEY] = account.token_sha256  # for the request log
@@ -1460,9 +1461,15 @@ def _log_to_stderr(quiet: bool) -> AccessLog:
     log.setFormatter(formatter)
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, handlers=[log])
     # waitress's "Task queue depth" warning, for each request that waits for a thread: a burst
-    # floods the log.
-    logging.getLogger("waitress.queue").setLevel(logging.ERROR)
+    # would flood the log, so it is dropped; but its loop thread, which logs it, first hands the
+    # interpreter to the workers, as writing the line would (docs/performance.md).
+    logging.getLogger("waitress.queue").addFilter(_hand_over)
     return log
+
+
+def _hand_over(record: logging.LogRecord) -> bool:
+    time.sleep(0)  # the GIL to the workers that wait for it
+    return False
 
 
 def _not_loaded(exc: store.DataError, path: str, prog: str) -> int:

@@ -674,8 +674,15 @@ MUTANTS: List[Mutant] = [
     M(
         "log",
         "app.py",
-        'logging.getLogger("waitress.queue").setLevel(logging.ERROR)',
+        'logging.getLogger("waitress.queue").addFilter(_hand_over)',
         "pass",
+        ("tests/test_hostile.py",),
+    ),
+    M(
+        "log",
+        "app.py",
+        "    time.sleep(0)  # the GIL to the workers that wait for it\n    return False",
+        "    time.sleep(0)  # the GIL to the workers that wait for it\n    return True",
         ("tests/test_hostile.py",),
     ),
     M(
