@@ -917,8 +917,8 @@ MUTANTS: List[Mutant] = [
     M(
         "baddays",
         "app.py",
-        "            days.clear(account.token_sha256)\n",
-        "            pass\n",
+        "            days.clear(account.token_sha256)  # once",
+        "            pass  # once",
         BAD_DAYS,
     ),
     M(
