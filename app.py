@@ -646,7 +646,9 @@ class BadDays:
     def note(self, environ: WSGIEnvironment, status: Optional[int]) -> None:
         """Log a request of an account (``status`` None: dropped): no header, no query value."""
         digest, query = environ.get(ACCOUNT_KEY), environ.get("QUERY_STRING", "")
-        if digest is not None and BODY_KEY not in environ:  # a fault came before the write
+        if digest is None:  # no account: nothing to log
+            return
+        if BODY_KEY not in environ:  # a fault came before the write read it
             with contextlib.suppress(HTTPError):
                 _body(environ)
         entry = {
@@ -657,8 +659,7 @@ class BadDays:
             "status": status,
         }
         with self._lock:
-            if digest is not None:  # the request had an account
-                self._log.setdefault(digest, collections.deque(maxlen=REQUEST_LOG)).append(entry)
+            self._log.setdefault(digest, collections.deque(maxlen=REQUEST_LOG)).append(entry)
 
     def answer(self, environ: WSGIEnvironment, digest: bytes, route: str) -> Answer:
         """Answer FAULTS_PATH (add a fault; DELETE: clear them) or REQUESTS_PATH for the account
@@ -684,11 +685,12 @@ def _meet(fault: Fault, days: BadDays, environ: WSGIEnvironment) -> None:
         raise Dropped()
     if fault.status is None:
         return
-    now, headers = int(time.time()), []
-    prefix, limit, reset = "Burst-RateLimit-", 100, now + 1
-    if fault.daily:
-        prefix, limit, reset = "RateLimit-", 500, (now // 86400 + 1) * 86400
-    if fault.status == HTTPStatus.TOO_MANY_REQUESTS:
+    headers = []
+    if fault.status == HTTPStatus.TOO_MANY_REQUESTS:  # QStash's rate-limit headers
+        now = int(time.time())
+        prefix, limit, reset = "Burst-RateLimit-", 100, now + 1
+        if fault.daily:
+            prefix, limit, reset = "RateLimit-", 500, (now // 86400 + 1) * 86400
         headers = [
             (prefix + "Limit", str(limit if fault.limit is None else fault.limit)),
             (prefix + "Remaining", str(fault.remaining)),

@@ -946,7 +946,7 @@ MUTANTS: List[Mutant] = [
     M(
         "baddays",
         "app.py",
-        "        if digest is not None and BODY_KEY not in environ:",
+        "        if BODY_KEY not in environ:  # a fault came",
         "        if False:",
         BAD_DAYS,
     ),
