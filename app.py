@@ -15,7 +15,6 @@ import collections
 import contextlib
 import fnmatch
 import hashlib
-import http.client
 import io
 import ipaddress
 import json
@@ -30,8 +29,6 @@ import tempfile
 import threading
 import time
 import typing
-import urllib.error
-import urllib.request
 import weakref
 from http import HTTPStatus
 from typing import (
@@ -1198,15 +1195,6 @@ def _size(text: str) -> int:
     return size
 
 
-def _http_url(text: str) -> str:
-    expected = "expected an http or https URL such as https://qstash.upstash.io"
-    if not text.startswith(("http://", "https://")):
-        raise ValueError(expected)
-    if not text.isprintable() or " " in text:
-        raise ValueError(expected)
-    return text.rstrip("/")
-
-
 def _seconds(text: str) -> float:
     expected = "expected a number of seconds from 0.01 to 3600"
     if not _digits(text.replace(".", "", 1), 19):
@@ -1269,20 +1257,6 @@ SETTINGS: Dict[str, Setting] = {
         "10",
         _seconds,
         "seconds the answers in flight may take to finish after SIGTERM or Ctrl-C",
-    ),
-    "upstream": Setting(
-        "--upstream",
-        "QSTASH_LISTS_UPSTREAM",
-        "https://qstash.upstash.io",
-        _http_url,
-        "the QStash API that --record reads",
-    ),
-    "record_timeout": Setting(
-        "--record-timeout",
-        "QSTASH_LISTS_RECORD_TIMEOUT",
-        "30",
-        _seconds,
-        "seconds --record may take to fetch the account, in all",
     ),
     "allowed_hosts": Setting(
         "--allowed-hosts",
@@ -1386,8 +1360,8 @@ def _data_file(
 
 # ---- The command line and serving ----------------------------------------------------------------
 def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, str]] = None) -> int:
-    """Run the command line: serve under waitress, ``--check`` a data file, ``--record`` one, or
-    print ``--example``."""
+    """Run the command line: serve under waitress, ``--check`` a data file, ``--run`` a command
+    against a copy, or print ``--example``."""
     parser = _parser()
     args = parser.parse_args(argv)
     if args.example:
@@ -1402,14 +1376,12 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         return _fail([str(exc)])
     settings["writable"] = settings["writable"] or args.write
     settings["reset"] = settings["reset"] or args.resets
-    # Before the first load or a recording: none kills half-way (--run's command has not run,
-    # so it has not passed).
+    # Before the first load: none kills half-way (--run's command has not run, so it has not
+    # passed).
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stop if args.run is None else _stop_unfinished)
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, _wake_all)
-    if args.record:
-        return _record(settings)
     if args.check:
         return _check(settings, parser.prog)
     if args.run is not None:
@@ -1787,11 +1759,6 @@ def _add_switches(parser: argparse.ArgumentParser) -> None:
     )
     mode.add_argument("--example", action="store_true", help="print an example data file and exit")
     mode.add_argument(
-        "--record",
-        action="store_true",
-        help="write the data file from the account of QSTASH_TOKEN at --upstream, and exit",
-    )
-    mode.add_argument(
         "--run",
         nargs=argparse.REMAINDER,
         metavar="COMMAND",
@@ -1803,7 +1770,7 @@ def _add_switches(parser: argparse.ArgumentParser) -> None:
 
 #: The command line's own options, which --run hands to the command when they follow it.
 _OPTIONS = frozenset(
-    ["--writable", "--reset", "--quiet", "--check", "--example", "--record"]
+    ["--writable", "--reset", "--quiet", "--check", "--example"]
     + [setting.option for setting in SETTINGS.values() if setting.option]
 )
 
@@ -1947,101 +1914,6 @@ def _child(command: List[str], env: Dict[str, str], prog: str, watcher: int) -> 
 def _stop_unfinished(signum: int, frame: Any) -> None:
     # --run before its command has run: a stop, and not a pass (a shell's status for a signal).
     raise SystemExit(128 + signum)
-
-
-# ---- --record: a copy of a real account ----------------------------------------------------------
-def _record(settings: Mapping[str, Any]) -> int:
-    """Write the account of QSTASH_TOKEN at --upstream to the data file within --record-timeout in
-    all, or leave the file as it was."""
-    token, path, timeout = settings["token"], settings["data"], settings["record_timeout"]
-    if token is None:
-        return _fail(["QSTASH_TOKEN is not set: --record reads the account whose token it is"])
-    download = _Download(settings["upstream"], token, settings["max_size"], timeout)
-    # A thread the process leaves behind if time runs out: a socket timeout bounds a read, not an
-    # answer or a lookup.
-    worker = threading.Thread(target=download.run, name="qstash-lists --record", daemon=True)
-    worker.start()
-    worker.join(timeout)
-    if download.document is None:
-        fault = download.error or (
-            "GET %s%s: no whole answer within %g s (--record-timeout, QSTASH_LISTS_RECORD_TIMEOUT)"
-            % (download.base, download.asking, timeout)
-        )
-        return _fail(["%s; %s is unchanged" % (fault, path)])
-    if download.dropped:
-        left_out = ", ".join(sorted(download.dropped))
-        print("%s: left out what a data file does not hold: %s" % (path, left_out), file=sys.stderr)
-    try:
-        loaded = store.record(path, download.document, token, settings["max_size"])
-    except store.DataError as exc:
-        return _fail(exc.faults + ["%s is unchanged" % path])
-    print("%s: recorded %s from %s" % (path, loaded.summary(), download.base))
-    return 0
-
-
-class _Download:
-    """--record's download of one account, run in a thread: the request in flight (for the message
-    if time runs out), then the document and the names it left out, or the error."""
-
-    def __init__(self, base: str, token: str, max_size: int, timeout: float) -> None:
-        self.base, self.token, self.max_size, self.timeout = base, token, max_size, timeout
-        self.asking = "/v2/topics"
-        self.document: Optional[Dict[str, Any]] = None
-        self.dropped: set[str] = set()
-        self.error: Optional[str] = None
-
-    def run(self) -> None:
-        document = {}
-        for key, route in (("urlGroups", "/v2/topics"), ("queues", "/v2/queues")):
-            self.asking = route
-            try:
-                items = self.fetch(route)
-            except ConfigError as exc:
-                self.error = str(exc)
-                return
-            document[key] = [store.from_api(item, key, self.dropped) for item in items]
-        self.document = document
-
-    def fetch(self, route: str) -> List[Dict[str, Any]]:
-        """GET ``route``: a JSON array of objects, or ConfigError."""
-        url = self.base + route
-        request = urllib.request.Request(url, headers={"Authorization": "Bearer " + self.token})
-        try:
-            # No redirect: urllib would send the Authorization header on to any host.
-            opener = urllib.request.build_opener(_NoRedirects)
-            # A read may last past the deadline: the deadline ends the run first, and says so.
-            with opener.open(request, timeout=self.timeout + 1) as response:
-                raw = store.read_at_most(response.read, self.max_size)
-        except urllib.error.HTTPError as exc:
-            fix = "check QSTASH_TOKEN" if exc.code in (401, 403) else _WHICH_API
-            if exc.code >= 500:
-                fix = "try again later"
-            raise ConfigError(
-                "GET %s: answered %d %s; %s" % (url, exc.code, exc.reason, fix)
-            ) from None
-        except (urllib.error.URLError, OSError, UnicodeError, http.client.HTTPException) as exc:
-            raise ConfigError(
-                "GET %s: no whole answer (%s); check --upstream (QSTASH_LISTS_UPSTREAM) and the "
-                "network" % (url, getattr(exc, "reason", None) or type(exc).__name__)
-            ) from None
-        if raw is None:
-            too_large = "the answer is over %s (--max-size)" % store.megabytes(self.max_size)
-            raise ConfigError("GET %s: %s" % (url, too_large))
-        try:
-            answer = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise ConfigError("GET %s: the answer is not JSON; %s" % (url, _WHICH_API)) from None
-        if type(answer) is not list or not all(type(item) is dict for item in answer):
-            raise ConfigError("GET %s: not a JSON array of objects; %s" % (url, _WHICH_API))
-        return answer
-
-
-_WHICH_API = "is --upstream (QSTASH_LISTS_UPSTREAM) the QStash API?"
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any) -> None:
-        return None  # an error, answered with its status
 
 
 if __name__ == "__main__":

@@ -1124,40 +1124,6 @@ def _too_large(source: str, size: int, max_size: int) -> TooLarge:
     )
 
 
-def record(
-    path: str, document: dict[str, Any], token: str, max_size: int = DEFAULT_MAX_SIZE
-) -> Store:
-    """Check ``document`` as a one-account file for ``token`` and write it to ``path``; or
-    DataError, file unchanged."""
-    loaded = parse(encode(document), path, token)
-    if loaded.size > max_size:
-        raise _too_large(path, loaded.size, max_size)
-    if not os.path.lexists(path):
-        with _new_version(os.path.realpath(path), loaded.pieces(), None, path) as new:
-            os.replace(new.path, os.path.realpath(path))
-        return loaded
-    with _locked(path, time.monotonic() + LOCK_TIMEOUT) as held:
-        with _new_version(held.target, loaded.pieces(), held.stat, path) as new:
-            os.replace(new.path, held.target)
-    return loaded
-
-
-def from_api(item: dict[str, Any], kind: str, dropped: set[str]) -> dict[str, Any]:
-    """The fields of one of QStash's answers that a data file holds; the names of the others go into
-    ``dropped``."""
-    required, optional = KEYS[{"urlGroups": UrlGroup, "queues": Queue, "endpoints": Endpoint}[kind]]
-    kept = {key: value for key, value in item.items() if key in required + optional}
-    dropped.update("%s.%s" % (kind, key) for key in item if key not in kept)
-    if kind == "urlGroups" and type(kept.get("endpoints")) is list:
-        kept["endpoints"] = [
-            from_api(e, "endpoints", dropped) if type(e) is dict else e for e in kept["endpoints"]
-        ]
-    if kind == "endpoints" and kept.get("name") in ("", None):
-        # QStash writes an endpoint without a name as "" or null: here it has none.
-        kept.pop("name", None)
-    return kept
-
-
 # ---- The changes a write makes to one item -----------------------------------------------------
 # Each takes the item as it is (None: there is none) and the time (Unix milliseconds), and returns
 # the item as it is to be (None: removed; the same object: nothing to write) and what it did, for

@@ -7,6 +7,7 @@ import re
 import select
 import signal
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Dict, List
@@ -20,6 +21,7 @@ from helpers import (
     TOKEN_B,
     Output,
     accounts_document,
+    environment,
     eventually,
     run,
     served,
@@ -556,6 +558,30 @@ def test_sigterm_ends_it_within_the_stop_timeout_whatever_its_stderr_does(data_p
 
 
 def test_the_modes_exclude_each_other() -> None:
-    for modes in (["--check", "--record"], ["--example", "--check"], ["--record", "--example"]):
+    for modes in (["--check", "--run", "true"], ["--example", "--check"]):
         code, out, err = run(modes)
         assert (code, out) == (2, "") and "not allowed with argument" in err
+
+
+def test_the_copy_of_a_real_account_recipe_copies_one(data_path: Path, tmp_path: Path) -> None:
+    """docs/deploying.md's two reads, against this server as the API: --check passes and the copy
+    serves the same lists."""
+    text = (ROOT / "docs" / "deploying.md").read_text()
+    section = text[text.index("## A copy of a real account") :]
+    recipe = re.search(r"```sh\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
+    for name in ("app.py", "store.py"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    with serving(data_path) as server:
+        env = dict(environment(), REAL_QSTASH_TOKEN=TOKEN_A)
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
+        recipe = recipe.replace("https://qstash.upstash.io", server.url)
+        done = subprocess.run(
+            ["bash", "-euc", recipe], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("copy.json: OK: 1 account, ")
+        copy = service.store.load(str(tmp_path / "copy.json"), TOKEN_A)
+        original = service.store.load(str(data_path), None).find(TOKEN_A.encode())
+        assert copy.accounts[0].queues == original.queues  # type: ignore[union-attr]
+        assert copy.accounts[0].url_groups == original.url_groups  # type: ignore[union-attr]
+        server.stop()

@@ -435,12 +435,17 @@ def test_an_interrupted_write_removes_its_temporary_file_and_keeps_the_old(
     path = write_json(tmp_path / "data.json", accounts_document())
     before = path.read_bytes()
 
+    data = store.DataFile(str(path), interval=3600, writable=True)
+
     def interrupted(fd: int) -> None:
-        raise SystemExit(0)  # what SIGTERM raises in --record (app._stop)
+        raise SystemExit(0)  # what SIGTERM raises before serving (app._stop)
 
     monkeypatch.setattr(os, "fsync", interrupted)
     with pytest.raises(SystemExit):
-        store.record(str(path), {"queues": [ALPHA_QUEUE]}, TOKEN_A)
+        data.replace(
+            json.dumps({"accounts": [{"token": TOKEN_A, "queues": [ALPHA_QUEUE]}]}).encode()
+        )
+    data.close()
     assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["data.json"]
 
 
