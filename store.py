@@ -65,7 +65,6 @@ WRITE_ATTEMPTS = 3
 WAITING_WRITES = 8
 _READ_CHUNK = 1 << 24
 _MISSING: Any = object()  # a key the object does not have (its fault is said once, as missing)
-_PIECES_A_CALL = 1000  # a writev's pieces, under IOV_MAX (1024)
 #: QStash's rule for the names of URL groups and queues (a 400 otherwise).
 NAME_RULE = "only letters, digits, '-', '.' and '_', not dots alone"
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -78,15 +77,6 @@ _KINDS = {
     stat.S_IFSOCK: "a socket",
     stat.S_IFBLK: "a block device",
 }
-
-
-#: The data file's layout as the writer writes it (see Store.lines): a file of several accounts is
-#: FILE_OPEN, each account's ``lines`` with ACCOUNT_SEPARATOR between them, and FILE_CLOSE; a file
-#: of one account is its ``lines`` and SINGLE_CLOSE.
-FILE_OPEN = b'{"accounts": [\n'
-ACCOUNT_SEPARATOR = b",\n"
-FILE_CLOSE = b"\n]}\n"
-SINGLE_CLOSE = b"\n"
 
 
 class Signature(NamedTuple):
@@ -434,35 +424,20 @@ class Account:
         return cast("Mapping[str, Item]", getattr(self, kind)).get(name)
 
     @cached_property
-    def lines(self) -> tuple[bytes, ...]:
-        """This account's object in the data file, a field, queue, URL group or endpoint a line: in
-        pieces written as they are (each array joined once, not copied again into the whole)."""
-        fields: list[tuple[bytes, ...]] = []  # each the pieces of '"key": value'
+    def lines(self) -> bytes:
+        """This account's object in the data file: a field, queue, URL group or endpoint a line."""
+        fields = []
         if self.credential is not None:
-            fields.append((json.dumps(dict([self.credential]))[1:-1].encode(),))
+            fields.append(json.dumps(dict([self.credential]))[1:-1].encode())
         if self.signing_keys is not None:
             keys = json.dumps(dict(zip(("current", "next"), self.signing_keys)))
-            fields.append((b'"signingKeys": ' + keys.encode(),))
+            fields.append(b'"signingKeys": ' + keys.encode())
         # Each item encoded once, fetched in C.
         groups = b",\n  ".join(map(attrgetter("lines"), self.url_groups.values()))
         queues = b",\n  ".join(map(attrgetter("raw"), self.queues.values()))
         for key, joined in ((b"urlGroups", groups), (b"queues", queues)):
-            if joined:
-                fields.append((b'"%s": [\n  ' % key, joined, b"\n ]"))
-            else:
-                fields.append((b'"%s": []' % key,))
-        pieces = [b"{"]
-        for i, each in enumerate(fields):
-            if i:
-                pieces.append(b",\n ")
-            pieces.extend(each)
-        pieces.append(b"}")
-        return tuple(pieces)
-
-    @cached_property
-    def size(self) -> int:
-        """The bytes of its lines."""
-        return sum(map(len, self.lines))
+            fields.append(b'"%s": [\n  %s\n ]' % (key, joined) if joined else b'"%s": []' % key)
+        return b"{" + b",\n ".join(fields) + b"}"
 
 
 @dataclass(frozen=True)
@@ -484,23 +459,13 @@ class Store:
         probe no token."""
         return self.by_digest.get(hashlib.sha256(token).digest())
 
-    def pieces(self) -> list[bytes]:
-        """The data file of this store in pieces, written as they are: each account's bytes, and
-        what goes between (the layout: FILE_OPEN)."""
-        if self.single_account:
-            return [*self.accounts[0].lines, SINGLE_CLOSE]
-        pieces = [FILE_OPEN]
-        for i, account in enumerate(self.accounts):
-            if i:
-                pieces.append(ACCOUNT_SEPARATOR)
-            pieces.extend(account.lines)
-        pieces.append(FILE_CLOSE)
-        return pieces
-
     @cached_property
-    def size(self) -> int:
-        """The size of this store's data file in the writer's layout, in bytes."""
-        return sum(map(len, self.pieces()))
+    def lines(self) -> bytes:
+        """This store's data file as the writer writes it: its one account's object, or
+        ``{"accounts": [...]}`` with an account a line."""
+        if self.single_account:
+            return self.accounts[0].lines + b"\n"
+        return b'{"accounts": [\n' + b",\n".join([a.lines for a in self.accounts]) + b"\n]}\n"
 
     def warnings(self, source: str) -> list[str]:
         """Return what looks wrong in a valid file, one line each: no account, times in seconds."""
@@ -1037,9 +1002,9 @@ class _Temporary(NamedTuple):
 
 @contextlib.contextmanager
 def _new_version(
-    target: str, pieces: list[bytes], old: Optional[os.stat_result], source: str
+    target: str, data: bytes, old: Optional[os.stat_result], source: str
 ) -> Iterator[_Temporary]:
-    """Write ``pieces`` to a temporary file of its own beside ``target`` (fsync'd, with the old
+    """Write ``data`` to a temporary file of its own beside ``target`` (fsync'd, with the old
     file's mode and owner) and yield it; the caller renames it over ``target`` (see _swap).  The
     temporary file goes on every way out but a rename; the directory is synced after one."""
     directory, name = os.path.split(target)
@@ -1052,7 +1017,9 @@ def _new_version(
             os.fchmod(fd, stat.S_IMODE(old.st_mode))
             with contextlib.suppress(PermissionError):  # only root can give a file away
                 os.fchown(fd, old.st_uid, old.st_gid)
-        _write_all(fd, pieces)
+        view = memoryview(data)
+        while view:  # a short write (a signal, a full disk): the rest, or its error
+            view = view[os.write(fd, view) :]
         os.fsync(fd)
         yield _Temporary(fd, temporary)
         if not os.path.lexists(temporary):  # renamed
@@ -1091,18 +1058,6 @@ def _swap(new: _Temporary, target: str, held: _Held, signature: Signature) -> bo
         return False
     os.replace(new.path, target)
     return True
-
-
-def _write_all(fd: int, pieces: list[bytes]) -> None:
-    """Write ``pieces`` as they are (no joined copy), IOV_MAX (1024) at the most a call."""
-    for start in range(0, len(pieces), _PIECES_A_CALL):
-        some = pieces[start : start + _PIECES_A_CALL]
-        written = os.writev(fd, some)
-        if written == sum(map(len, some)):
-            continue
-        rest = memoryview(b"".join(some))[written:]  # a short write (a signal, a full disk):
-        while rest:  # the rest, or its error
-            rest = rest[os.write(fd, rest) :]
 
 
 def _sync_directory(directory: str) -> None:
@@ -1226,19 +1181,14 @@ class _Version:
     judged_at: float = 0.0  # when (a Unix time, as the file's own times)
     read_at: float = 0.0  # when it was read (time.monotonic()): what was on disk then, or later
     store: Optional[Store] = None  # the last good store; None until there is one
-    pieces: tuple[bytes, ...] = ()  # the bytes that store was built from (or written as)
+    raw: bytes = b""  # the bytes that store was built from (or written as)
     loaded_at: Optional[float] = None  # when it was put in service
     failed_at: Optional[float] = None  # since when the file judged is not the one served
 
     @cached_property
     def digest(self) -> Optional[str]:
         """The SHA-256 of the bytes in service: made when a health check first asks."""
-        if self.store is None:
-            return None
-        digest = hashlib.sha256()
-        for piece in self.pieces:
-            digest.update(piece)
-        return digest.hexdigest()
+        return None if self.store is None else hashlib.sha256(self.raw).hexdigest()
 
     def unchanged(self, on_disk: Optional[Signature]) -> bool:
         """Whether stat alone shows the file to be the version judged: the same signature, judged
@@ -1250,14 +1200,7 @@ class _Version:
 
     def holds(self, raw: bytes) -> bool:
         """Whether ``raw`` is, byte for byte, the version in service."""
-        if self.store is None or len(raw) != sum(map(len, self.pieces)):
-            return False
-        at = 0
-        for piece in self.pieces:
-            if not raw.startswith(piece, at):  # a memcmp, no copy
-                return False
-            at += len(piece)
-        return True
+        return self.store is not None and raw == self.raw
 
 
 class _Served:
@@ -1337,23 +1280,16 @@ class _Served:
             store = parse(found.raw, self.path, self._token, self._fallback)
         except DataError as exc:
             raise type(exc)(exc.faults, found.signature) from None
-        self.put(fd, found.signature, store, (found.raw,), found.read_at)
+        self.put(fd, found.signature, store, found.raw, found.read_at)
         return store
 
-    def put(
-        self,
-        fd: int,
-        signature: Signature,
-        store: Store,
-        pieces: tuple[bytes, ...],
-        read_at: float,
-    ) -> None:
-        """Put ``store`` in service, as the version ``signature`` made of ``pieces``, open as
+    def put(self, fd: int, signature: Signature, store: Store, raw: bytes, read_at: float) -> None:
+        """Put ``store`` in service, as the version ``signature`` holding ``raw``, open as
         ``fd``, on disk at ``read_at``.  Precondition: _lock is held, or this is the
         constructor."""
         self._hold(fd)
         now = time.time()
-        self._version = _Version(signature, now, read_at, store, pieces, loaded_at=now)
+        self._version = _Version(signature, now, read_at, store, raw, loaded_at=now)
         if self.first is None:
             self.first = store
         if self._fault is not None:
@@ -1626,16 +1562,15 @@ class DataFile:
         every writer's lock, whatever the file holds now (one that does not load too: a test
         double's put-back), and serve it; return its store."""
         fresh = parse(raw, self.path, self._served._token, self._served._fallback)
-        if fresh.size > self.max_size:
-            raise _too_large(self.path, fresh.size, self.max_size)
-        pieces = fresh.pieces()
+        if len(fresh.lines) > self.max_size:
+            raise _too_large(self.path, len(fresh.lines), self.max_size)
         # The flock is per open file: this process's own batches wait for it as others' do.
         with _locked(self.path, time.monotonic() + LOCK_TIMEOUT) as held:
-            with _new_version(held.target, pieces, held.stat, self.path) as new:
+            with _new_version(held.target, fresh.lines, held.stat, self.path) as new:
                 with self._served._lock:
                     os.replace(new.path, held.target)
                     signature = _signature(os.fstat(new.fd))
-                    self._served.put(new.fd, signature, fresh, tuple(pieces), time.monotonic())
+                    self._served.put(new.fd, signature, fresh, fresh.lines, time.monotonic())
         return fresh
 
     def _write_batch(self, batch: list[_Write], deadline: float) -> None:
@@ -1677,14 +1612,13 @@ class DataFile:
         fresh = self._apply(store, batch)
         if fresh is store:
             return True
-        pieces = fresh.pieces()
-        with _new_version(held.target, pieces, held.stat, self.path) as new:
+        with _new_version(held.target, fresh.lines, held.stat, self.path) as new:
             with served._lock:  # a read waits for the swap only
                 if not _swap(new, held.target, held, found.signature):
                     return False
                 # The flock is held: the file is this version until it is let go.
                 put_at = time.monotonic()
-                served.put(new.fd, _signature(os.fstat(new.fd)), fresh, tuple(pieces), put_at)
+                served.put(new.fd, _signature(os.fstat(new.fd)), fresh, fresh.lines, put_at)
         return True
 
     def _apply(self, store: Store, batch: list[_Write]) -> Store:
@@ -1747,21 +1681,16 @@ class DataFile:
         """TooLarge if ``changed`` in place of ``account`` makes the account larger and over its
         share of --max-size (none takes the others' room; one that holds more may shrink), or
         ``fresh``'s file over --max-size (it would not load again)."""
-        share = self.max_size // len(store.accounts)
-        if changed.size > max(share, account.size):
+        share, size = self.max_size // len(store.accounts), len(changed.lines)
+        if size > max(share, len(account.lines)):
             raise TooLarge(
                 [
                     "%s: this account would be %s, over its share of --max-size (%s: %d accounts)"
-                    % (
-                        self.path,
-                        megabytes(changed.size),
-                        megabytes(share),
-                        len(store.accounts),
-                    )
+                    % (self.path, megabytes(size), megabytes(share), len(store.accounts))
                 ]
             )
-        if fresh.size > self.max_size:
-            raise _too_large(self.path, fresh.size, self.max_size)
+        if len(fresh.lines) > self.max_size:
+            raise _too_large(self.path, len(fresh.lines), self.max_size)
 
     # -- The reloader thread and forks -------------------------------------------------------------
     def _start(self) -> None:

@@ -407,8 +407,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "served.put(new.fd, _signature(os.fstat(new.fd)), fresh, tuple(pieces), put_at)",
-        "served.put(new.fd, found.signature, fresh, tuple(pieces), put_at)",
+        "served.put(new.fd, _signature(os.fstat(new.fd)), fresh, fresh.lines, put_at)",
+        "served.put(new.fd, found.signature, fresh, fresh.lines, put_at)",
         WRITES,
     ),
     M(
@@ -511,7 +511,7 @@ MUTANTS: List[Mutant] = [
     M(
         "safety",
         "store.py",
-        "if changed.size > max(share, account.size):",
+        "if size > max(share, len(account.lines)):",
         "if False:",
         SAFETY,
     ),
@@ -585,8 +585,8 @@ MUTANTS: List[Mutant] = [
     M(
         "health",
         "store.py",
-        "        digest = hashlib.sha256()\n",
-        "        digest = hashlib.sha1()\n",
+        "else hashlib.sha256(self.raw).hexdigest()",
+        "else hashlib.sha1(self.raw).hexdigest()",
         ("tests/test_health.py",),
     ),
     M(
@@ -771,8 +771,8 @@ MUTANTS: List[Mutant] = [
     M(
         "versions",
         "store.py",
-        "            if not raw.startswith(piece, at):  # a memcmp, no copy",
-        "            if False:",
+        "        return self.store is not None and raw == self.raw",
+        "        return self.store is not None",
         VERSIONS + DIFFERENTIAL,
     ),
     M(
@@ -940,8 +940,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writer",
         "store.py",
-        "        if fresh.size > self.max_size:\n            raise _too_large(self.path, fresh.size, self.max_size)\n\n    #",
-        "        if False:\n            raise _too_large(self.path, fresh.size, self.max_size)\n\n    #",
+        "        if len(fresh.lines) > self.max_size:\n            raise _too_large(self.path, len(fresh.lines), self.max_size)\n\n    #",
+        "        if False:\n            raise _too_large(self.path, len(fresh.lines), self.max_size)\n\n    #",
         WRITER,
     ),
     M(

@@ -63,7 +63,7 @@ def written(rng: random.Random) -> Tuple[store.Store, bytes]:
     tokens = rng.sample(TOKENS, rng.randrange(1, 6))
     document = {"accounts": [account(rng, token) for token in tokens]}
     loaded = store.parse(store.encode(document), "data.json", None)
-    return loaded, b"".join(loaded.pieces())
+    return loaded, loaded.lines
 
 
 # ---- The two ways, compared ----------------------------------------------------------------------

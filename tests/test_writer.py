@@ -84,7 +84,7 @@ def test_a_hand_written_last_account_then_a_write_to_another_leaves_a_file_that_
             "queues": [],
             "signingKeys": {"current": "sig_c", "next": "sig_n"},
         }
-        at = raw.rindex(store.ACCOUNT_SEPARATOR + b"{") + len(store.ACCOUNT_SEPARATOR)
+        at = raw.rindex(b",\n{") + 2
         edited = raw[:at] + json.dumps(last).encode()
         path.write_bytes(edited + b"\n]}")
         assert ask(one, "GET", "/v2/keys", TOKEN_C)[1] == {"current": "sig_c", "next": "sig_n"}
@@ -109,7 +109,7 @@ def test_a_stray_byte_before_an_unchanged_account_is_refused_and_never_written_o
     with serving(path, "--writable") as one:  # not --quiet: a reload would say so
         assert ask(one, "POST", "/v2/queues", body={"queueName": "first"})[0] == 200
         raw = path.read_bytes()
-        at = raw.index(store.ACCOUNT_SEPARATOR + b"{") + len(store.ACCOUNT_SEPARATOR)
+        at = raw.index(b",\n{") + 2
         path.write_bytes(raw[:at] + b"1" + raw[at:])
         with pytest.raises(store.DataError):
             loads(path)
@@ -357,7 +357,7 @@ def test_a_change_over_its_accounts_share_is_refused_alone(data_path: Path) -> N
     """Account A is near its share of --max-size: its write is refused (507), and B's, made in the
     same version, is written."""
     loaded = store.load(str(data_path), None)
-    share = loaded.accounts[0].size + 40  # A cannot take one more queue
+    share = len(loaded.accounts[0].lines) + 40  # A cannot take one more queue
     data = service.open_data(str(data_path), None, 3600, writable=True, max_size=share * 3)
     assert batch(data, (DIGEST_A, "more"), (DIGEST_B, "more")) == [
         store.TooLarge,
@@ -374,7 +374,7 @@ def test_a_change_over_its_accounts_share_is_refused_alone(data_path: Path) -> N
 def test_the_change_that_takes_the_file_over_max_size_is_refused_alone(data_path: Path) -> None:
     """Two changes that each fit, in two small accounts (each within its share), not both: the
     first is written, the second refused (507)."""
-    before = b"".join(store.load(str(data_path), None).pieces())  # as the writer writes it
+    before = store.load(str(data_path), None).lines  # as the writer writes it
     data_path.write_bytes(before)
     alone = service.open_data(str(data_path), None, 3600, writable=True)
     assert batch(alone, (DIGEST_B, "more")) == ["queue created"]

@@ -702,7 +702,7 @@ def test_a_hand_edit_that_repeats_a_known_account_is_refused_by_the_process_that
     )
     before = reader.current()  # the file is in the writer's form now
     assert before is not None and before.accounts[1].queues["q01"].parallelism == 5
-    first = b"".join(before.accounts[0].lines) + b",\n"
+    first = before.accounts[0].lines + b",\n"
     # Account A twice, each byte for byte as known.
     path.write_bytes(path.read_bytes().replace(first, first * 2))
     assert reader.current() is before and reader.status().failed_at is not None
