@@ -173,21 +173,17 @@ TEXT = Rule(is_text, "printable characters (no control characters, line breaks o
 
 def check_token(token: str) -> Optional[str]:
     """Return why ``token`` cannot be used as a bearer token, or None if it can."""
-    return (
-        None
-        if _TOKEN.fullmatch(token)
-        else "expected a non-empty token of visible ASCII characters, no spaces"
-    )
+    if _TOKEN.fullmatch(token):
+        return None
+    return "expected a non-empty token of visible ASCII characters, no spaces"
 
 
 def megabytes(size: int) -> str:
     """Return a size for a message: in MB (of 2**20 bytes, as ``--max-size 64M``), or in bytes below
     0.1 MB."""
-    return (
-        "%d bytes" % size
-        if size < 0x19999
-        else ("%.1f" % (size / 0x100000)).removesuffix(".0") + " MB"
-    )
+    if size < 0x19999:
+        return "%d bytes" % size
+    return ("%.1f" % (size / 0x100000)).removesuffix(".0") + " MB"
 
 
 # ---- The items: one schema serves loading, checking, serving, writing and recording -----------
@@ -212,7 +208,7 @@ class _Item:
         """The API's object, keys in QStash's order."""
         return {
             key: value
-            for attr, key in SCHEMA[type(self)].keys
+            for attr, key, _, _ in SCHEMA[type(self)]
             for value in (getattr(self, attr),)
             if value is not None
         }
@@ -277,34 +273,16 @@ class Field(NamedTuple):
     required: bool
 
 
-class Schema(NamedTuple):
-    """An item kind's fields, in QStash's order."""
-
-    fields: tuple[Field, ...]
-
-    @property
-    def keys(self) -> list[tuple[str, str]]:
-        return [(f.attr, f.key) for f in self.fields]
+def _schema(cls: type) -> tuple[Field, ...]:
+    """The fields that ``cls``'s declarations (_rule) give, in QStash's order."""
+    return tuple(
+        Field(f.name, re.sub("_(.)", lambda m: m.group(1).upper(), f.name), **f.metadata)
+        for f in dataclasses.fields(cls)
+    )
 
 
-def _schema(cls: type) -> Schema:
-    """The schema that ``cls``'s declarations give; a TypeError names a field declared without
-    its rule."""
-    fields = []
-    for declared in dataclasses.fields(cls):
-        rule = declared.metadata.get("rule")
-        if not isinstance(rule, Rule) and rule not in (Endpoint, UrlGroup, Queue):
-            raise TypeError(
-                "%s.%s: declare it with _rule(a store.Rule, or an item kind[, its default])"
-                % (cls.__name__, declared.name)
-            )
-        key = re.sub("_(.)", lambda m: m.group(1).upper(), declared.name)
-        fields.append(Field(declared.name, key, rule, declared.metadata["required"]))
-    return Schema(tuple(fields))
-
-
-#: Each item kind's schema.
-SCHEMA: dict[type, Schema] = {cls: _schema(cls) for cls in (Endpoint, UrlGroup, Queue)}
+#: Each item kind's fields.
+SCHEMA: dict[type, tuple[Field, ...]] = {cls: _schema(cls) for cls in (Endpoint, UrlGroup, Queue)}
 
 
 def _builder(cls: type) -> Callable[[Any, "dict[str, int]", int], Any]:
@@ -312,7 +290,7 @@ def _builder(cls: type) -> Callable[[Any, "dict[str, int]", int], Any]:
     write __init__: the item when every key and value is as the rules want (the same rules, in
     the same order, as _Checker.item), else None, and _Checker.item says what is wrong.  What the
     names it notes in ``seen`` hold is what _Checker.item notes."""
-    fields = SCHEMA[cls].fields
+    fields = SCHEMA[cls]
     required = [n for n, f in enumerate(fields) if f.required]
     lines = [
         "def build(value, seen, i):",
@@ -378,8 +356,8 @@ ARRAYS = (("urlGroups", "url_groups", UrlGroup), ("queues", "queues", Queue))
 KEYS: dict[Any, tuple[tuple[str, ...], tuple[str, ...]]] = {
     **{
         cls: (
-            tuple(f.key for f in SCHEMA[cls].fields if f.required),
-            tuple(f.key for f in SCHEMA[cls].fields if not f.required),
+            tuple(f.key for f in SCHEMA[cls] if f.required),
+            tuple(f.key for f in SCHEMA[cls] if not f.required),
         )
         for cls in SCHEMA
     },
@@ -492,15 +470,10 @@ class Store:
 
     def summary(self) -> str:
         """Return "N accounts, N URL groups, N queues"."""
-        counts = (
-            len(self.accounts),
-            sum(len(account.url_groups) for account in self.accounts),
-            sum(len(account.queues) for account in self.accounts),
-        )
-        return ", ".join(
-            "%d %s%s" % (n, noun, "" if n == 1 else "s")
-            for n, noun in zip(counts, ("account", "URL group", "queue"))
-        )
+        groups = sum(len(account.url_groups) for account in self.accounts)
+        queues = sum(len(account.queues) for account in self.accounts)
+        counts = ((len(self.accounts), "account"), (groups, "URL group"), (queues, "queue"))
+        return ", ".join("%d %s%s" % (n, noun, "" if n == 1 else "s") for n, noun in counts)
 
 
 # ---- Loading: parse and check -------------------------------------------------------------------
@@ -510,9 +483,10 @@ def load(
     fallback: Optional[str] = None,
     max_size: int = DEFAULT_MAX_SIZE,
 ) -> Store:
-    """Read (see :func:`read_file`) and validate (see :func:`parse`) the data file at ``path``;
+    """Read (see :func:`_opened`) and validate (see :func:`parse`) the data file at ``path``;
     raise DataError."""
-    return parse(read_file(path, max_size).raw, path, token, fallback)
+    with _opened(path, max_size) as (_, found):
+        return parse(found.raw, path, token, fallback)
 
 
 def parse(
@@ -684,7 +658,7 @@ class _Checker:
         if item is None:
             return None
         values: dict[str, Any] = {}
-        for attr, key, rule, _ in SCHEMA[cls].fields:  # a required key missing: said by fields
+        for attr, key, rule, _ in SCHEMA[cls]:  # a required key missing: said by fields
             found = item.get(key, _MISSING)
             if found is _MISSING:
                 continue
@@ -817,17 +791,10 @@ class Read(NamedTuple):
     read_at: float  # time.monotonic() as the read began
 
 
-def read_file(path: str, max_size: int = DEFAULT_MAX_SIZE) -> Read:
-    """Return the bytes of the data file at ``path`` (never blocking: a regular file of at most
-    ``max_size`` bytes) and the signature of the version read, read again while it changes; or a
-    DataError of one line."""
-    with _opened(path, max_size) as (_, found):
-        return found
-
-
 @contextlib.contextmanager
 def _opened(path: str, max_size: int) -> Iterator[tuple[int, Read]]:
-    """read_file(), with the file it read open (closed when the block ends)."""
+    """The data file at ``path`` (never blocking: a regular file of at most ``max_size`` bytes),
+    open, and the version read, read again while it changes; or a DataError of one line."""
     for _ in range(READ_ATTEMPTS):
         opened_at, fd = time.monotonic(), _open(path)
         try:

@@ -20,6 +20,12 @@ import app as service
 import store
 
 
+def read_file(path: str, max_size: int = store.DEFAULT_MAX_SIZE) -> Any:
+    """The version of the file that a load reads."""
+    with store._opened(path, max_size) as (_, found):
+        return found
+
+
 def version(n: int, queues: int = 50) -> Dict[str, Any]:
     """A file whose every queue name says which version it belongs to."""
     return {
@@ -371,7 +377,7 @@ def test_a_file_replaced_while_each_version_is_built_still_has_each_version_serv
 
 def test_a_file_read_in_several_chunks_is_whole(path: Path, monkeypatch: Any) -> None:
     monkeypatch.setattr(store, "_READ_CHUNK", 100)
-    raw = store.read_file(str(path)).raw
+    raw = read_file(str(path)).raw
     assert raw == path.read_bytes() and len(raw) > 300
 
 
@@ -380,7 +386,7 @@ def test_a_file_that_grows_past_the_limit_while_read_is_refused(
 ) -> None:
     monkeypatch.setattr(store, "read_at_most", lambda read, limit: None)
     with pytest.raises(store.DataError) as info:
-        store.read_file(str(path))
+        read_file(str(path))
     assert info.value.faults == [
         "%s: cannot read: grew past the limit of 64 MB while being read "
         "(--max-size, QSTASH_LISTS_MAX_SIZE)" % path
@@ -516,9 +522,7 @@ def test_a_file_larger_than_fstat_said_is_cut_off_at_the_limit(
     # It passes the first check...
     monkeypatch.setattr(os, "fstat", lambda fd: _Stat(os.stat(fd), 10))
     with pytest.raises(store.DataError) as info:
-        store.read_file(
-            str(path), max_size=size - 1
-        )  # ...and the read stops one byte past the limit
+        read_file(str(path), max_size=size - 1)  # ...and the read stops one byte past the limit
     assert info.value.faults == [
         "%s: cannot read: grew past the limit of %d bytes while being read "
         "(--max-size, QSTASH_LISTS_MAX_SIZE)" % (path, size - 1)
@@ -529,9 +533,9 @@ def test_a_file_of_exactly_the_limit_is_read_and_never_more_than_one_byte_past_i
     path: Path, monkeypatch: Any
 ) -> None:
     size = path.stat().st_size
-    assert store.read_file(str(path), max_size=size)[0] == path.read_bytes()
+    assert read_file(str(path), max_size=size)[0] == path.read_bytes()
     with pytest.raises(store.DataError) as info:
-        store.read_file(str(path), max_size=size - 1)
+        read_file(str(path), max_size=size - 1)
     assert info.value.faults[0].endswith(
         ": cannot read: %d bytes, over the limit of %d bytes (--max-size, "
         "QSTASH_LISTS_MAX_SIZE)" % (size, size - 1)

@@ -10,7 +10,7 @@ import random
 import re
 import signal
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Tuple
 
 import pytest
 from helpers import (
@@ -818,23 +818,3 @@ def test_each_limit_at_its_edge(where: Any, value: Any, ok: bool) -> None:
         assert store.parse(json.dumps(document).encode(), "data.json", "t").accounts[0]
     else:
         assert faults(document) == found
-
-
-def test_a_field_declared_without_its_rule_is_named_at_import() -> None:
-    """A new field is one declaration: its Rule with it.  One declared as a bare dataclass field is
-    refused where the schema is made, naming it (not a KeyError in --check)."""
-    import dataclasses
-
-    @dataclasses.dataclass
-    class Queue(store.Queue):
-        description: Optional[str] = None
-
-    with pytest.raises(TypeError, match=r"^Queue\.description: declare it with _rule\("):
-        store._schema(Queue)
-
-    @dataclasses.dataclass
-    class Bare(store.Queue):  # a check without what it expects: no fault could say it
-        description: Optional[str] = store._rule(store.is_text, None)
-
-    with pytest.raises(TypeError, match=r"^Bare\.description: declare it with _rule\("):
-        store._schema(Bare)
