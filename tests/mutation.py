@@ -169,7 +169,7 @@ MUTANTS: List[Mutant] = [
         'if environ.get("REQUEST_METHOD") == "HEADX":\n            data = b""',
     ),
     M("head", "app.py", "_ALLOWED[target.route, source.writable]", "_ALLOWED[target.route, True]"),
-    M("head", "app.py", '        allowed += ("HEAD",)', "        pass"),
+    M("head", "app.py", '    + (("HEAD",) if "GET" in methods else ())', "    + ()"),
     M(
         "head",
         "app.py",
