@@ -449,24 +449,19 @@ class Store:
         """Return what looks wrong in a valid file, one line each: no account, times in seconds."""
         if not self.accounts:
             return ["%s: warning: no account at all: every request will get 401" % source]
-        early = [
-            "%s%s[%d].%s"
-            % ("" if self.single_account else "accounts[%d]." % i, key, j, name)  # before 2001
+        early = [  # before 2001
+            "%s%s[%d].%s" % ("" if self.single_account else "accounts[%d]." % i, key, j, name)
             for i, account in enumerate(self.accounts)
             for key, kind, _ in ARRAYS
             for j, item in enumerate(cast("Mapping[str, Item]", getattr(account, kind)).values())
             for name, value in (("createdAt", item.created_at), ("updatedAt", item.updated_at))
             if 0 < value < _YEAR_2001_MS
         ]
-        return (
-            [
-                "%s: warning: %s%s looks like seconds, not milliseconds (before 2001 as "
-                "milliseconds)"
-                % (source, early[0], " (and %d more)" % (len(early) - 1) if len(early) > 1 else "")
-            ]
-            if early
-            else []
-        )
+        if not early:
+            return []
+        more = " (and %d more)" % (len(early) - 1) if len(early) > 1 else ""
+        seconds = "looks like seconds, not milliseconds (before 2001 as milliseconds)"
+        return ["%s: warning: %s%s %s" % (source, early[0], more, seconds)]
 
     def summary(self) -> str:
         """Return "N accounts, N URL groups, N queues"."""
@@ -569,11 +564,8 @@ def _json(raw: bytes, source: str) -> Any:
         ) from None
     except RecursionError:
         raise DataError(["%s: invalid JSON: nested too deeply" % source]) from None
-    # Python (3.11, 3.10.7, 3.9.14 on) reads no integer of over 4,300 digits, and says not where.
-    except ValueError:
-        raise DataError(
-            ["%s: invalid JSON: an integer of more than 4,300 digits" % source]
-        ) from None
+    except ValueError:  # Python (3.11, 3.10.7, 3.9.14 on) reads no integer of over 4,300 digits
+        raise DataError(["%s: invalid JSON: an integer of over 4,300 digits" % source]) from None
 
 
 class _Checker:
@@ -690,12 +682,8 @@ class _Checker:
                 expected = "a non-empty string"
             self.fault(array, i, "name", "expected %s, got %s" % (expected, _show(value)))
         elif seen.setdefault(value, i) != i:
-            self.fault(
-                array,
-                i,
-                "name",
-                "duplicate name %s (also at %s[%d].name)" % (_show(value), array, seen[value]),
-            )
+            also = "%s[%d].name" % (array, seen[value])
+            self.fault(array, i, "name", "duplicate name %s (also at %s)" % (_show(value), also))
 
     def account(
         self, value: Any, array: str, i: int, digests: dict[bytes, int]
@@ -715,25 +703,19 @@ class _Checker:
             self.fault(array, i, None, "expected exactly one of 'token' or 'tokenSha256'")
             return None
         if "token" in item:
-            problem = (
-                check_token(item["token"]) if type(item["token"]) is str else "expected a string"
-            )
-            if problem is not None:
-                # Never the value: it is meant to be a secret.
-                self.fault(array, i, "token", problem)
-            return hashlib.sha256(item["token"].encode()).digest() if problem is None else None
+            token = item["token"]
+            problem = check_token(token) if type(token) is str else "expected a string"
+            if problem is None:
+                return hashlib.sha256(token.encode()).digest()
+            self.fault(array, i, "token", problem)  # never the value: it is meant to be a secret
+            return None
         value = item["tokenSha256"]
         if type(value) is str and _SHA256_HEX.fullmatch(value):
             return bytes.fromhex(value)
         # Never show the value either: it may be the token itself, pasted in the wrong field.
         got = "a string of %d characters" % len(value) if type(value) is str else _show(value)
-        self.fault(
-            array,
-            i,
-            "tokenSha256",
-            "expected 64 hexadecimal digits (a SHA-256 digest, printf %%s TOKEN | "
-            "sha256sum), got %s" % got,
-        )
+        digest = "64 hexadecimal digits (a SHA-256 digest, printf %s TOKEN | sha256sum)"
+        self.fault(array, i, "tokenSha256", "expected %s, got %s" % (digest, got))
         return None
 
     def collections(
@@ -753,21 +735,13 @@ class _Checker:
                     one = self.item(value, prefix + key, i, cls, seen)
                 if one is not None:
                     built[one.name] = one
-        keys, value = None, item.get("signingKeys")
-        # Never the value: signing keys are secrets.
-        if value is not None and type(value) is not dict:
-            self.fault(
-                prefix + "signingKeys", None, None, "expected an object with 'current' and 'next'"
-            )
-        elif (
-            value is not None
-            and self.fields(value, prefix + "signingKeys", None, "signingKeys") is not None
-        ):
+        keys, value, where = None, item.get("signingKeys"), prefix + "signingKeys"
+        if value is not None and type(value) is not dict:  # never the value: keys are secrets
+            self.fault(where, None, None, "expected an object with 'current' and 'next'")
+        elif value is not None and self.fields(value, where, None, "signingKeys") is not None:
             for key in ("current", "next"):
                 if not is_text(value.get(key, "-")):  # missing is said already
-                    self.fault(
-                        prefix + "signingKeys", None, key, "expected a non-empty printable string"
-                    )
+                    self.fault(where, None, key, "expected a non-empty printable string")
             keys = (value.get("current", ""), value.get("next", ""))
         return Account(digest, arrays["url_groups"], arrays["queues"], keys, credential)
 
@@ -813,28 +787,17 @@ def _read_open(fd: int, path: str, max_size: int) -> Optional[Read]:
     changed while it was read (a writer at work); a DataError of one line if it cannot be read."""
     try:
         read_at, before = time.monotonic(), os.fstat(fd)
-        judged, limit = _signature(before), "the limit of %s" % megabytes(max_size)
+        judged, cannot = _signature(before), "%s: cannot read: " % path
+        limit = "over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE)" % megabytes(max_size)
         if not stat.S_ISREG(before.st_mode):
             kind = _KINDS.get(stat.S_IFMT(before.st_mode), "not a plain file")
-            raise DataError(["%s: cannot read: not a regular file but %s" % (path, kind)], judged)
+            raise DataError([cannot + "not a regular file but " + kind], judged)
         if before.st_size > max_size:
-            raise DataError(
-                [
-                    "%s: cannot read: %s, over %s (--max-size, QSTASH_LISTS_MAX_SIZE)"
-                    % (path, megabytes(before.st_size), limit)
-                ],
-                judged,
-            )
+            raise DataError([cannot + "%s, %s" % (megabytes(before.st_size), limit)], judged)
         os.lseek(fd, 0, os.SEEK_SET)
         raw = read_at_most(partial(os.read, fd), max_size)
         if raw is None:
-            raise DataError(
-                [
-                    "%s: cannot read: grew past %s while being read (--max-size, "
-                    "QSTASH_LISTS_MAX_SIZE)" % (path, limit)
-                ],
-                judged,
-            )
+            raise DataError([cannot + "it grew while being read, " + limit], judged)
         after = os.fstat(fd)
     except OSError as exc:
         raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None

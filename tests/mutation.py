@@ -674,8 +674,8 @@ MUTANTS: List[Mutant] = [
     M(
         "keys",
         "store.py",
-        'prefix + "signingKeys", None, key, "expected a non-empty printable string"',
-        'prefix + "signingKeys", None, key, "expected a non-empty printable string, got %r" % value[key]',
+        'self.fault(where, None, key, "expected a non-empty printable string")',
+        'self.fault(where, None, key, "expected a non-empty printable string, got %r" % value[key])',
         tuple(QUICK + ["tests/test_keys.py"]),
     ),
     # settings

@@ -388,7 +388,7 @@ def test_a_file_that_grows_past_the_limit_while_read_is_refused(
     with pytest.raises(store.DataError) as info:
         read_file(str(path))
     assert info.value.faults == [
-        "%s: cannot read: grew past the limit of 64 MB while being read "
+        "%s: cannot read: it grew while being read, over the limit of 64 MB "
         "(--max-size, QSTASH_LISTS_MAX_SIZE)" % path
     ]
 
@@ -524,7 +524,7 @@ def test_a_file_larger_than_fstat_said_is_cut_off_at_the_limit(
     with pytest.raises(store.DataError) as info:
         read_file(str(path), max_size=size - 1)  # ...and the read stops one byte past the limit
     assert info.value.faults == [
-        "%s: cannot read: grew past the limit of %d bytes while being read "
+        "%s: cannot read: it grew while being read, over the limit of %d bytes "
         "(--max-size, QSTASH_LISTS_MAX_SIZE)" % (path, size - 1)
     ]
 

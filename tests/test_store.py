@@ -350,7 +350,7 @@ def test_an_integer_python_will_not_read_is_one_line_in_our_words() -> None:
     )
     # 3.11, 3.10.7, 3.9.14 and later refuse over 4,300 digits.
     if hasattr(sys, "set_int_max_str_digits"):
-        assert one(raw) == "data.json: invalid JSON: an integer of more than 4,300 digits"
+        assert one(raw) == "data.json: invalid JSON: an integer of over 4,300 digits"
     else:
         assert one(raw).startswith(
             "data.json: queues[0].lag: expected an integer from 0 to 2**53 - 1, got "
