@@ -779,7 +779,8 @@ def _opened(path: str, max_size: int) -> Iterator[tuple[int, Read]]:
         finally:
             os.close(fd)
         time.sleep(0.02)  # give the writer a moment
-    raise _changing(path)
+    changing = "changed each time it was read (%d times)" % READ_ATTEMPTS
+    raise FileChanging(["%s: %s; looking again later" % (path, changing)])
 
 
 def _read_open(fd: int, path: str, max_size: int) -> Optional[Read]:
@@ -891,12 +892,8 @@ def _locked(
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     if time.monotonic() > deadline:
-                        raise Busy(
-                            [
-                                "%s: another process kept the file locked for %g s; nothing was "
-                                "written" % (path, LOCK_TIMEOUT)
-                            ]
-                        ) from None
+                        locked = "another process kept the file locked for %g s" % LOCK_TIMEOUT
+                        raise _busy(path, locked) from None
                     waiting(True)
                     time.sleep(pause)
                     pause = min(pause * 2, 0.05)
@@ -917,6 +914,10 @@ def _locked(
                 os.close(fd)  # lets go of the lock
     finally:
         waiting(False)
+
+
+def _busy(path: str, why: str) -> Busy:
+    return Busy(["%s: %s; nothing was written" % (path, why)])
 
 
 def _same_file(one: os.stat_result, other: os.stat_result) -> bool:
@@ -973,11 +974,8 @@ def _unwritable(source: str, exc: OSError, target: str) -> str:
             "-v ./data.json:/app/data.json); mount its folder instead and point --data at the file "
             "in it; it is unchanged" % source
         )
-    return "%s: cannot write: %s (%s); it is unchanged" % (
-        source,
-        exc.strerror or exc,
-        exc.filename or target,
-    )
+    where = exc.filename or target
+    return "%s: cannot write: %s (%s); it is unchanged" % (source, exc.strerror or exc, where)
 
 
 def _swap(new: _Temporary, target: str, held: _Held, signature: Signature) -> bool:
@@ -1001,12 +999,8 @@ def _sync_directory(directory: str) -> None:
 
 
 def _too_large(source: str, size: int, max_size: int) -> TooLarge:
-    return TooLarge(
-        [
-            "%s: would be %s, over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE); it is "
-            "unchanged" % (source, megabytes(size), megabytes(max_size))
-        ]
-    )
+    over = "over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE)" % megabytes(max_size)
+    return TooLarge(["%s: would be %s, %s; it is unchanged" % (source, megabytes(size), over)])
 
 
 # ---- The changes a write makes to one item -----------------------------------------------------
@@ -1278,15 +1272,6 @@ class _Served:
             self._hold(-1)
 
 
-def _changing(path: str) -> FileChanging:
-    return FileChanging(
-        [
-            "%s: changed each time it was read (%d times); looking again later"
-            % (path, READ_ATTEMPTS)
-        ]
-    )
-
-
 # ---- The writer: one batch at a time, under every process's lock --------------------------------
 @dataclass(eq=False)
 class _Write:
@@ -1333,23 +1318,15 @@ class _GroupCommit:
         with self._queue_lock:
             # The batch at work holds a thread too: it is not in the queue.
             if self._contended and len(self._queue) + 1 >= self._waiting:
-                raise Busy(
-                    [
-                        "%s: another process holds the lock, and %d writes here wait for it "
-                        "already; nothing was written" % (self.path, len(self._queue) + 1)
-                    ]
-                )
+                waiting = "%d writes here wait for it already" % (len(self._queue) + 1)
+                raise _busy(self.path, "another process holds the lock, and " + waiting)
             self._queue.append(write)
         if not self._writing.acquire(timeout=LOCK_TIMEOUT):
             with self._queue_lock:
                 if write in self._queue:  # not taken by the batch at work: withdrawn
                     self._queue.remove(write)
-                    raise Busy(
-                        [
-                            "%s: the writes before this one took over %g s; nothing was written"
-                            % (self.path, LOCK_TIMEOUT)
-                        ]
-                    )
+                    before = "the writes before this one took over %g s" % LOCK_TIMEOUT
+                    raise _busy(self.path, before)
             self._writing.acquire()  # taken: its outcome comes with that batch
         try:
             if not write.answered:
@@ -1511,12 +1488,8 @@ class DataFile:
                 with _locked(self.path, deadline, self._writer.contended) as held:
                     if self._write_held(held, batch):
                         return
-            raise FileChanging(
-                [
-                    "%s: saved by another hand %d times while a write was made; nothing was "
-                    "written" % (self.path, WRITE_ATTEMPTS)
-                ]
-            )
+            saved = "saved by another hand %d times while a write was made" % WRITE_ATTEMPTS
+            raise FileChanging(["%s: %s; nothing was written" % (self.path, saved)])
         except Exception as exc:
             for write in batch:
                 write.did, write.error = None, exc
