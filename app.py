@@ -1314,13 +1314,10 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
 
 
 def _data_file(
-    settings: Mapping[str, Any],
-    fallback: Optional[str],
-    required: bool,
-    waiting_writes: int = store.WAITING_WRITES,
+    settings: Mapping[str, Any], fallback: Optional[str], required: bool
 ) -> store.DataFile:
-    """The data file of ``settings``; ``waiting_writes``: see store.WAITING_WRITES (a server
-    whose thread count is known gives half of it)."""
+    """The data file of ``settings``: its writes that wait for another process's lock hold at
+    most half of --threads (see store.WAITING_WRITES)."""
     return open_data(
         settings["data"],
         settings["token"],
@@ -1329,7 +1326,7 @@ def _data_file(
         max_size=settings["max_size"],
         required=required,
         writable=settings["writable"],
-        waiting_writes=waiting_writes,
+        waiting_writes=settings["threads"] // 2,
     )
 
 
@@ -1389,9 +1386,7 @@ def _start(settings: Mapping[str, Any], quiet: bool, prog: str) -> int:
     fallback = _fallback(settings["host"])
     log = _log_to_stderr(quiet)
     try:
-        data = _data_file(
-            settings, fallback, required=True, waiting_writes=settings["threads"] // 2
-        )
+        data = _data_file(settings, fallback, required=True)
     except store.DataError as exc:
         return _not_loaded(exc, settings["data"], prog)
     try:
@@ -1462,12 +1457,8 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[A
         )
     except (OSError, ValueError) as exc:
         stopper.close()
-        return _fail(
-            [
-                "cannot listen on %s port %d: %s; stop what uses it, or choose another port "
-                "(--port 0 picks a free one)" % (host, port, exc)
-            ]
-        )
+        fix = "stop what uses it, or choose another port (--port 0 picks a free one)"
+        return _fail(["cannot listen on %s port %d: %s; %s" % (host, port, exc, fix)])
     listening = getattr(server, "effective_listen", None) or [
         (server.effective_host, server.effective_port)
     ]
@@ -1484,17 +1475,10 @@ def _banner(
 ) -> List[str]:
     """What to paste into the shell where the SDKs run, and whether the JS SDK's dev mode finds this
     server."""
-    lines = [
-        "qstash-lists %s serving %s (%s) on %s%s"
-        % (
-            __version__,
-            settings["data"],
-            loaded.summary(),
-            " ".join(urls),
-            " (writable)" if writable else "",
-        ),
-        "export QSTASH_URL=%s" % urls[0],
-    ]
+    serving = "%s (%s) on %s" % (settings["data"], loaded.summary(), " ".join(urls))
+    if writable:
+        serving += " (writable)"
+    lines = ["qstash-lists %s serving %s" % (__version__, serving), "export QSTASH_URL=" + urls[0]]
     if not loaded.single_account:
         lines.append("# QSTASH_TOKEN: accounts from the data file; use your account's token")
     elif loaded.fallback_used:
@@ -1785,12 +1769,7 @@ def _run_command(settings: Mapping[str, Any], args: argparse.Namespace, prog: st
         try:
             copy = os.path.join(folder, os.path.basename(path))
             shutil.copyfile(path, copy)
-            data = _data_file(
-                dict(settings, data=copy, writable=True),
-                fallback,
-                required=True,
-                waiting_writes=settings["threads"] // 2,
-            )
+            data = _data_file(dict(settings, data=copy, writable=True), fallback, required=True)
             try:
                 with serving(data, settings["host"], port, settings["threads"], resets=True) as url:
                     if not args.quiet:
