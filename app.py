@@ -1000,10 +1000,6 @@ class Request(NamedTuple):
         )
 
 
-#: What tells requests apart in the access log's cache of request lines.
-_ASKED = ("REMOTE_ADDR", "REQUEST_METHOD", "SCRIPT_NAME", "PATH_INFO", "QUERY_STRING")
-
-
 class AccessLog(logging.Handler):
     """The command line's log handler: a request or record notes its line, and a thread writes them
     in batches (far cheaper than a logging call a request); a stream that does not keep up holds
@@ -1046,24 +1042,12 @@ class AccessLog(logging.Handler):
 
     def _write(self) -> None:
         lines: List[str] = []
-        # A batch's lines share their seconds, and mostly their requests (measured).
-        seconds: Dict[int, str] = {}
-        request_lines: Dict[Tuple[Any, ...], str] = {}
         while self._entries:
             entry = self._entries.popleft()
-            if isinstance(entry, str):
-                lines.append(entry)
-                continue
-            whole = int(entry.created)
-            if whole not in seconds:
-                seconds[whole] = _utc(whole)[:-5]
-            asked = tuple(entry.environ.get(key) for key in _ASKED)
-            if asked not in request_lines:
-                request_lines[asked] = _request_line(entry.environ)
-            milliseconds = int(entry.created % 1 * 1000)
-            lines.append(
-                "%s.%03dZ %s\n" % (seconds[whole], milliseconds, entry.entry(request_lines[asked]))
-            )
+            if not isinstance(entry, str):
+                line = entry.entry(_request_line(entry.environ))
+                entry = "%s %s\n" % (_utc(entry.created), line)
+            lines.append(entry)
         if self._dropped:
             dropped, self._dropped = self._dropped, 0
             lines.append(
