@@ -30,6 +30,7 @@ import threading
 import time
 import typing
 import weakref
+from functools import partial
 from http import HTTPStatus
 from typing import (
     TYPE_CHECKING,
@@ -703,8 +704,8 @@ def respond(
     days: Optional[BadDays] = None,
 ) -> Answer:
     """Answer one request: a web page's refused; the route, the method, the health check; the
-    name, the credential, then (with ``days``: a suite's) a fault, the read, the write, the reset
-    or the bad days asked for."""
+    name, the credential, then (with ``days``: a suite's) the reset, the bad days asked for or a
+    fault; the read or the write."""
     _refuse_web_pages(environ)
     target = _route(environ.get("PATH_INFO", ""))
     method = environ.get("REQUEST_METHOD", "")
@@ -723,7 +724,7 @@ def respond(
     account = _account(environ, source, allowed_hosts)
     if days is not None:
         if target.route == RESET_PATH:
-            answer = reset(source, account)
+            answer = write(environ, source, account, target)
             days.clear(account.token_sha256)  # once the account is put back
             return answer
         if suites:
@@ -853,19 +854,23 @@ def _written(why: str) -> Answer:
 def write(
     environ: WSGIEnvironment, source: store.DataFile, account: store.Account, target: Target
 ) -> Answer:
-    """Make one of QStash's writes to the token's account in the data file: 200 without content
-    once it is on disk."""
-    field, noun = FIELDS[target.collection]
-    asked = change(environ, target)
+    """Make one of QStash's writes, or the reset, to the token's account in the data file: 200
+    without content once it is on disk."""
+    digest = account.token_sha256
+    if target.route == RESET_PATH:  # the account as the server started: a test's fresh state
+        save = partial(source.restore, digest)
+    else:
+        asked = change(environ, target)
+        field = FIELDS[target.collection][0]
+        save = partial(source.update, digest, field, asked.name, asked.make, *asked.args)
     try:
-        did = source.update(account.token_sha256, field, asked.name, asked.make, *asked.args)
+        return _written(save())
     except KeyError:
         raise Unauthorized("account gone") from None
-    except store.NoSuchItem:
-        raise _no_such(noun, asked.name) from None
+    except store.NoSuchItem:  # an item's change: the name is the path's
+        raise _no_such(FIELDS[target.collection][1], target.name or "") from None
     except store.DataError as exc:
         raise _refused(exc) from None
-    return _written(did)
 
 
 #: What a refused write answers, by the kind of store.DataError (a kind not listed: as its nearest
@@ -882,18 +887,6 @@ def _refused(exc: store.DataError) -> HTTPError:
     error = next(REFUSALS[cls] for cls in type(exc).__mro__ if cls in REFUSALS)
     logger.error("%s", exc.faults[0] if exc.faults else exc)  # it says nothing was written
     return error()
-
-
-def reset(source: store.DataFile, account: store.Account) -> Answer:
-    """Put the token's account back as the server started (a test's fresh state): 200 without
-    content once it is on disk."""
-    try:
-        did = source.restore(account.token_sha256)
-    except KeyError:
-        raise Unauthorized("account gone") from None
-    except store.DataError as exc:
-        raise _refused(exc) from None
-    return _written(did)
 
 
 def health(status: store.Status) -> Answer:
@@ -1298,10 +1291,10 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
 
 
 def _data_file(
-    settings: Mapping[str, Any], fallback: Optional[str], required: bool
+    settings: Mapping[str, Any], fallback: Optional[str], required: bool, threads: int = 0
 ) -> store.DataFile:
     """The data file of ``settings``: its writes that wait for another process's lock hold at
-    most half of --threads (see store.WAITING_WRITES)."""
+    most half of ``threads``, where a server knows them (see store.WAITING_WRITES)."""
     return open_data(
         settings["data"],
         settings["token"],
@@ -1310,7 +1303,7 @@ def _data_file(
         max_size=settings["max_size"],
         required=required,
         writable=settings["writable"],
-        waiting_writes=settings["threads"] // 2,
+        waiting_writes=threads // 2 if threads else store.WAITING_WRITES,
     )
 
 
@@ -1370,7 +1363,7 @@ def _start(settings: Mapping[str, Any], quiet: bool, prog: str) -> int:
     fallback = _fallback(settings["host"])
     log = _log_to_stderr(quiet)
     try:
-        data = _data_file(settings, fallback, required=True)
+        data = _data_file(settings, fallback, required=True, threads=settings["threads"])
     except store.DataError as exc:
         return _not_loaded(exc, settings["data"], prog)
     try:
@@ -1753,7 +1746,8 @@ def _run_command(settings: Mapping[str, Any], args: argparse.Namespace, prog: st
         try:
             copy = os.path.join(folder, os.path.basename(path))
             shutil.copyfile(path, copy)
-            data = _data_file(dict(settings, data=copy, writable=True), fallback, required=True)
+            copied = dict(settings, data=copy, writable=True)
+            data = _data_file(copied, fallback, required=True, threads=settings["threads"])
             try:
                 with serving(data, settings["host"], port, settings["threads"], resets=True) as url:
                     if not args.quiet:

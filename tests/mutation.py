@@ -556,8 +556,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "app.py",
-        "    except store.NoSuchItem:\n        raise _no_such(noun, asked.name) from None",
-        '    except store.NoSuchItem:\n        return _written("nothing")',
+        "        raise _no_such(FIELDS[target.collection][1], target.name or \"\") from None",
+        '        return _written("nothing")',
         WRITES,
     ),
     M(
