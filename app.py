@@ -1086,17 +1086,15 @@ def _printable(text: str) -> str:
 
 
 # ---- Settings and make_app -----------------------------------------------------------------------
-#: A setting's option and environment variable (either may be None), default, parser and help.
-Setting = NamedTuple(
-    "Setting",
-    [
-        ("option", Optional[str]),
-        ("env", Optional[str]),
-        ("default", Optional[str]),
-        ("parse", Callable[[str], Any]),
-        ("help", str),
-    ],
-)
+class Setting(NamedTuple):
+    """A setting's option and environment variable (either may be None), default, parser and
+    help."""
+
+    option: Optional[str]
+    env: Optional[str]
+    default: Optional[str]
+    parse: Callable[[str], Any]
+    help: str
 
 
 def _token(text: str) -> str:
@@ -1399,12 +1397,8 @@ def _not_loaded(exc: store.DataError, path: str, prog: str) -> int:
         return _fail(exc.faults + ["The built-in dev token serves only a loopback address."])
     if os.path.lexists(path):
         return _fail(exc.faults)
-    return _fail(
-        [
-            "%s: no such file; to start from the example: %s --example > %s"
-            % (os.path.abspath(path), prog, path)
-        ]
-    )
+    example = "to start from the example: %s --example > %s" % (prog, path)
+    return _fail(["%s: no such file; %s" % (os.path.abspath(path), example)])
 
 
 def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[AccessLog]) -> int:

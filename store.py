@@ -186,12 +186,12 @@ def megabytes(size: int) -> str:
     return ("%.1f" % (size / 0x100000)).removesuffix(".0") + " MB"
 
 
-# ---- The items: one schema serves loading, checking, serving, writing and recording -----------
+# ---- The items: one schema serves loading, checking, serving and writing -----------------------
 # A field is declared once, as ``_rule(its Rule, or the item kind of its array[, its default if
-# optional])``: loading, checking, serving, writing and recording follow from it.  Its JSON key is
-# its name in camelCase, and it is left out of the JSON while it is None.  Items are not frozen (a
-# frozen dataclass's __setattr__ costs about as much as parsing the file), but nothing changes one:
-# a change makes a new one (dataclasses.replace).
+# optional])``: loading, checking, serving and writing follow from it.  Its JSON key is its name in
+# camelCase, and it is left out of the JSON while it is None.  Items are not frozen (a frozen
+# dataclass's __setattr__ costs about as much as parsing the file), but nothing changes one: a
+# change makes a new one (dataclasses.replace).
 def _rule(rule: Any, default: Any = dataclasses.MISSING, required: bool = False) -> Any:
     """A field of an item, judged by ``rule`` (a Rule, or an item kind for an array of them);
     optional if it has a ``default`` (but ``required``)."""
@@ -501,12 +501,9 @@ def parse(
         raise DataError(lines)
     fallback_used = checker.single_account and token is None
     if fallback_used and fallback is None:
-        raise TokenMissing(
-            [
-                "%s: holds a single account, and QSTASH_TOKEN is not set: set it to the token its "
-                "clients send" % source
-            ]
-        )
+        fix = "set it to the token its clients send"
+        single = "holds a single account, and QSTASH_TOKEN is not set"
+        raise TokenMissing(["%s: %s: %s" % (source, single, fix)])
     return Store(accounts, checker.single_account, fallback_used)
 
 
@@ -543,12 +540,8 @@ def _json(raw: bytes, source: str) -> Any:
             ["%s: not UTF-8 text: %s at byte %d" % (source, exc.reason, exc.start)]
         ) from None
     if not text or text.isspace():  # (strip would copy the whole file)
-        raise DataError(
-            [
-                "%s: empty: a data file is a JSON object (python app.py --example prints one)"
-                % source
-            ]
-        )
+        example = "a data file is a JSON object (python app.py --example prints one)"
+        raise DataError(["%s: empty: %s" % (source, example)])
     try:
         return json.loads(text, object_pairs_hook=_pairs)
     except json.JSONDecodeError as exc:
@@ -566,6 +559,12 @@ def _json(raw: bytes, source: str) -> Any:
         raise DataError(["%s: invalid JSON: nested too deeply" % source]) from None
     except ValueError:  # Python (3.11, 3.10.7, 3.9.14 on) reads no integer of over 4,300 digits
         raise DataError(["%s: invalid JSON: an integer of over 4,300 digits" % source]) from None
+
+
+_BESIDE_ACCOUNTS = (
+    "unknown key next to 'accounts' (a file lists accounts, or holds 'urlGroups' and 'queues' of "
+    "one account, not both)"
+)
 
 
 class _Checker:
@@ -590,13 +589,7 @@ class _Checker:
         if type(value) is dict and "accounts" in value:
             for key in value:
                 if key != "accounts":
-                    self.fault(
-                        "(top level)",
-                        None,
-                        key,
-                        "unknown key next to 'accounts' (a file lists accounts, or holds "
-                        "'urlGroups' and 'queues' of one account, not both)",
-                    )
+                    self.fault("(top level)", None, key, _BESIDE_ACCOUNTS)
             digests: dict[bytes, int] = {}
             return tuple(
                 account
@@ -664,13 +657,8 @@ class _Checker:
                 self.fault(array, i, key, "expected %s, got %s" % (rule.expected, _show(found)))
                 continue
             elif key == "updatedAt" and values.get("created_at", -1) > found:
-                self.fault(
-                    array,
-                    i,
-                    key,
-                    "expected a time not before createdAt (%d), got %d"
-                    % (values["created_at"], found),
-                )
+                created = "not before createdAt (%d)" % values["created_at"]
+                self.fault(array, i, key, "expected a time %s, got %d" % (created, found))
             values[attr] = found
         return cls(**values) if len(self.faults) == faults else None
 
