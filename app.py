@@ -180,8 +180,7 @@ access_logger = logging.getLogger("qstash_lists.access")
 
 # ---- Errors: one type, rendered in one place -----------------------------------------------------
 class Answer(NamedTuple):
-    """What the app answers a request: as start_response takes it, the body, and why (for the
-    access log only)."""
+    """An answer: as start_response takes it, its body, and why (for the access log only)."""
 
     status: str  # the status line, such as "200 OK"
     headers: List[Tuple[str, str]]
@@ -254,8 +253,7 @@ class NotFound(HTTPError):
 
 
 class MethodNotAllowed(HTTPError):
-    """A method the path does not answer (RFC 9110, 15.5.6: with Allow, and the methods it takes in
-    the message)."""
+    """A method the path does not answer (RFC 9110, 15.5.6): with Allow, and what it takes."""
 
     status = HTTPStatus.METHOD_NOT_ALLOWED
 
@@ -429,8 +427,7 @@ def _utf8(segment: str) -> str:
 
 
 def _credential(environ: WSGIEnvironment) -> bytes:
-    """Return the request's one token (Authorization, qstash_token fields: all the same), or raise
-    Unauthorized."""
+    """The request's one token (its Authorization and qstash_token agree), or Unauthorized."""
     query, header = environ.get("QUERY_STRING"), environ.get("HTTP_AUTHORIZATION")
     tokens = _query_tokens(query) if query and "qstash_token" in query else set()
     if header is not None:
@@ -464,8 +461,7 @@ def _query_tokens(query: str) -> set[bytes]:
 
 
 def _latin1(text: str) -> bytes:
-    """Return the bytes behind a PEP 3333 native string (other characters, from a server that breaks
-    it, kept)."""
+    """The bytes behind a PEP 3333 native string (others' characters kept, escaped)."""
     return text.encode("latin-1", "backslashreplace")
 
 
@@ -476,8 +472,7 @@ def _matches(header: str, etag: str) -> bool:
 
 
 def _body(environ: WSGIEnvironment) -> Dict[str, Any]:
-    """Return a write's JSON object (its Content-Type is not asked: neither SDK needs one); raise
-    BadRequest."""
+    """A write's JSON object, whatever its Content-Type (neither SDK sends one); or BadRequest."""
     length = environ.get("CONTENT_LENGTH") or "0"
     if not (length.isascii() and length.isdigit()) or len(length) > 9:
         raise BadRequest("bad request: a Content-Length of a whole number of bytes is needed")
@@ -499,8 +494,7 @@ def _body(environ: WSGIEnvironment) -> Dict[str, Any]:
 
 
 def _field(body: Dict[str, Any], key: str, good: Callable[[Any], bool], expected: str) -> Any:
-    """Return ``body[key]`` if it is ``good``, else raise BadRequest naming the field and what it
-    takes."""
+    """``body[key]`` if it is ``good``, else BadRequest naming the field and what it takes."""
     value = body.get(key)
     if good(value):
         return value
@@ -511,8 +505,7 @@ def _field(body: Dict[str, Any], key: str, good: Callable[[Any], bool], expected
 
 
 def _endpoints(body: Dict[str, Any], adding: bool) -> List[Any]:
-    """The ``endpoints`` of a write: each with a url (an http or https URL) to add, a url or a name
-    to remove."""
+    """A write's ``endpoints``: each with an http(s) url to add; a url or a name to remove."""
     found = _field(
         body, "endpoints", lambda v: type(v) is list and v != [], "a non-empty array of endpoints"
     )
@@ -655,8 +648,7 @@ class BadDays:
             self._log.setdefault(digest, collections.deque(maxlen=REQUEST_LOG)).append(entry)
 
     def answer(self, environ: WSGIEnvironment, digest: bytes, route: str) -> Answer:
-        """Answer FAULTS_PATH (add a fault; DELETE: clear them) or REQUESTS_PATH for the account
-        ``digest``."""
+        """Answer FAULTS_PATH (add; DELETE: clear) or REQUESTS_PATH for the account ``digest``."""
         if route == REQUESTS_PATH:
             with self._lock:
                 log = list(self._log.get(digest, ()))
@@ -776,8 +768,7 @@ def _account(
 
 
 def read(environ: WSGIEnvironment, account: store.Account, target: Target) -> Answer:
-    """Answer a GET (or HEAD) of a collection or one of its items: 200, or 304 if the client has
-    it."""
+    """Answer a GET (or HEAD) of a collection or an item: 200, or 304 if the client has it."""
     found = body(account, target.collection, target.name)
     if found is None:
         raise NotFound(
@@ -854,8 +845,7 @@ def _written(why: str) -> Answer:
 def write(
     environ: WSGIEnvironment, source: store.DataFile, account: store.Account, target: Target
 ) -> Answer:
-    """Make one of QStash's writes, or the reset, to the token's account in the data file: 200
-    without content once it is on disk."""
+    """Make a QStash write, or the reset, to the token's account: 200 once it is on disk."""
     digest = account.token_sha256
     if target.route == RESET_PATH:  # the account as the server started: a test's fresh state
         save = partial(source.restore, digest)
@@ -1059,8 +1049,7 @@ class AccessLog(logging.Handler):
 
 
 def _request_line(environ: WSGIEnvironment) -> str:
-    """Return 'METHOD /path?query' for the log: printable, short, no query value (any may be a
-    token)."""
+    """'METHOD /path?query' for the log: printable, short, no query value (any may be a token)."""
     path = _printable((environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", ""))[:1000])
     line = "%s %s" % (_printable(environ.get("REQUEST_METHOD", "")), path)
     query = environ.get("QUERY_STRING", "")
@@ -1080,15 +1069,13 @@ _PARAMETER_NAME = re.compile(r"[A-Za-z0-9_.%-]{1,24}")  # longer may be a token 
 
 
 def _printable(text: str) -> str:
-    """Percent-encode all but printable ASCII, so a log line stays one line (a decoded "%" is
-    escaped too)."""
+    """Percent-encode all but printable ASCII: a log line stays one line ('%' escaped too)."""
     return quote(_latin1(text), safe="/!$&'()*+,;=:@-._~[]")
 
 
 # ---- Settings and make_app -----------------------------------------------------------------------
 class Setting(NamedTuple):
-    """A setting's option and environment variable (either may be None), default, parser and
-    help."""
+    """A setting's option and variable (either may be None), default, parser and help."""
 
     option: Optional[str]
     env: Optional[str]
@@ -1229,8 +1216,7 @@ class ConfigError(Exception):
 def read_settings(
     environ: Mapping[str, str], args: Optional[argparse.Namespace] = None
 ) -> Dict[str, Any]:
-    """Return every setting (``args``: the command line's), or ConfigError naming the first bad one,
-    not its value."""
+    """Every setting (``args``: the command line's); ConfigError names a bad one, not its value."""
     settings = {}
     for key, setting in SETTINGS.items():
         text, source = getattr(args, key, None), setting.option
@@ -1307,8 +1293,7 @@ def _data_file(
 
 # ---- The command line and serving ----------------------------------------------------------------
 def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, str]] = None) -> int:
-    """Run the command line: serve under waitress, ``--check`` a data file, ``--run`` a command
-    against a copy, or print ``--example``."""
+    """Run the command line: serve, ``--check`` a file, ``--run`` a command, or ``--example``."""
     parser = _parser()
     args = parser.parse_args(argv)
     if args.example:
@@ -1337,8 +1322,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
 
 
 def _check(settings: Mapping[str, Any], prog: str) -> int:
-    """--check: one read and one parse (no bodies to encode, no reloader); exit 0, or 2 with the
-    faults."""
+    """--check: one read and one parse (no reloader); exit 0, or 2 with the faults."""
     path = settings["data"]
     try:
         loaded = store.load(path, settings["token"], DEV_TOKEN, settings["max_size"])
@@ -1444,8 +1428,7 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[A
 def _banner(
     settings: Mapping[str, Any], loaded: store.Store, urls: List[str], port: Any, writable: bool
 ) -> List[str]:
-    """What to paste into the shell where the SDKs run, and whether the JS SDK's dev mode finds this
-    server."""
+    """What to paste where the SDKs run, and whether the JS SDK's dev mode finds this server."""
     serving = "%s (%s) on %s" % (settings["data"], loaded.summary(), " ".join(urls))
     if writable:
         serving += " (writable)"
@@ -1610,8 +1593,7 @@ def _utc(created: float) -> str:
 
 
 def _prog() -> str:
-    """The command as it was run, for --help, --version and hints: the console script's, -m's, or
-    a script's."""
+    """The command as it was run (console script, -m or script), for --help and hints."""
     if __name__ != "__main__":
         return "qstash-lists"
     if __spec__ is not None:

@@ -92,8 +92,7 @@ class Signature(NamedTuple):
 
 
 class DataError(Exception):
-    """A data file that cannot be served or written: ``faults``, one line each, and the
-    ``signature`` judged."""
+    """A data file that cannot be served or written: its ``faults`` and the ``signature`` judged."""
 
     def __init__(self, faults: list[str], signature: Optional[Signature] = None) -> None:
         super().__init__("\n".join(faults))
@@ -113,19 +112,16 @@ class Unloadable(DataError):
 
 
 class TooLarge(DataError):
-    """A write would make the file larger than its size limit, or the account larger than its share
-    of it."""
+    """A write past the file's size limit, or past the account's share of it."""
 
 
 class Busy(DataError):
-    """A write that could not have the lock in time: another process, or this one's writes before
-    it, held it."""
+    """A write that could not have the lock in time (another process's, or earlier writes')."""
 
 
 # ---- The rules, each written once; the schema and the checker judge every value by them ----------
 def is_whole(value: Any) -> bool:
-    """A JSON integer (not true, not 1.0) from 0 to 2**53 - 1: what a JavaScript client reads
-    exactly."""
+    """A JSON integer (not true, not 1.0) from 0 to 2**53 - 1: a JavaScript client's exact."""
     return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER
 
 
@@ -179,8 +175,7 @@ def check_token(token: str) -> Optional[str]:
 
 
 def megabytes(size: int) -> str:
-    """Return a size for a message: in MB (of 2**20 bytes, as ``--max-size 64M``), or in bytes below
-    0.1 MB."""
+    """A size for a message: in MB of 2**20 bytes (as ``--max-size 64M``), bytes below 0.1 MB."""
     if size < 0x19999:
         return "%d bytes" % size
     return ("%.1f" % (size / 0x100000)).removesuffix(".0") + " MB"
@@ -334,8 +329,7 @@ def _builder(cls: type) -> Callable[[Any, "dict[str, int]", int], Any]:
 
 
 def _built_array(build: Callable[[Any, "dict[str, int]", int], Any], value: Any) -> Any:
-    """The tuple of the items of the array ``value``, each built by ``build``; None if any is not
-    (or ``value`` is no array)."""
+    """The tuple of the array ``value``'s items, each built by ``build``; None if any is not."""
     if type(value) is not list:
         return None
     seen: dict[str, int] = {}
@@ -433,8 +427,7 @@ class Store:
         return {account.token_sha256: account for account in self.accounts}
 
     def find(self, token: bytes) -> Optional[Account]:
-        """Return the account whose token is ``token``, or None, by its SHA-256: timing tells a
-        probe no token."""
+        """The account of ``token``, or None, by its SHA-256 (timing tells a probe nothing)."""
         return self.by_digest.get(hashlib.sha256(token).digest())
 
     @cached_property
@@ -478,8 +471,7 @@ def load(
     fallback: Optional[str] = None,
     max_size: int = DEFAULT_MAX_SIZE,
 ) -> Store:
-    """Read (see :func:`_opened`) and validate (see :func:`parse`) the data file at ``path``;
-    raise DataError."""
+    """Read (see :func:`_opened`) and validate (see :func:`parse`) ``path``; or DataError."""
     with _opened(path, max_size) as (_, found):
         return parse(found.raw, path, token, fallback)
 
@@ -511,8 +503,7 @@ _TWICE: Any = object()  # the key, in an object that gave some key twice, of the
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object as json.loads builds it, and the keys it gave more than once under _TWICE (not
-    JSON's)."""
+    """An object as json.loads builds it, and the keys given more than once under _TWICE."""
     value = dict(pairs)
     if len(value) < len(pairs):
         value[_TWICE] = sorted(
@@ -522,8 +513,7 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """An object as json.loads builds it, or a DataError naming a key it gives twice (an
-    object_pairs_hook)."""
+    """An object_pairs_hook: the object as json.loads builds it, or DataError for a key twice."""
     value = _pairs(pairs)
     if _TWICE in value:
         raise DataError(["%s: given twice in one object" % _show(value[_TWICE][0])[1:-1]])
@@ -531,8 +521,7 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _json(raw: bytes, source: str) -> Any:
-    """The JSON document ``raw`` of the data file ``source``, or a DataError that says where it is
-    not."""
+    """The JSON document ``raw`` of the data file ``source``, or a DataError saying where not."""
     try:
         text = raw.decode("utf-8-sig")  # an editor's byte-order mark is harmless
     except UnicodeDecodeError as exc:
@@ -612,8 +601,7 @@ class _Checker:
         return value
 
     def fields(self, value: Any, array: str, i: Optional[int], kind: Any) -> Any:
-        """Return ``value`` if it is an object; say which of its keys are unknown, missing or given
-        twice."""
+        """``value`` if it is an object; its keys that are unknown, missing or twice are faults."""
         required, optional = KEYS[kind]
         if (
             type(value) is dict
@@ -820,8 +808,7 @@ def _open(path: str) -> int:
 
 
 def read_at_most(read: Callable[[int], bytes], limit: int) -> Optional[bytes]:
-    """Read to the end by ``read(n)`` in chunks (a file may end past what fstat said); None past
-    ``limit`` bytes."""
+    """Read to the end by ``read(n)`` (past what fstat said, too); None past ``limit`` bytes."""
     chunks: list[bytes] = []
     total = 0
     while True:
@@ -1003,8 +990,7 @@ class NoSuchItem(Exception):
 def upsert_queue(
     queue: Optional[Queue], now: int, name: str, parallelism: Optional[int], paused: Optional[bool]
 ) -> tuple[Optional[Item], str]:
-    """Create the queue ``name`` (parallelism 1 if not given), or update what is given of it;
-    createdAt is kept."""
+    """Create the queue ``name`` (parallelism 1 if not given), or update what is given of it."""
     if queue is None:
         created = Queue(now, now, name, 1 if parallelism is None else parallelism, 0, bool(paused))
         return created, "queue created"
@@ -1299,8 +1285,7 @@ class _GroupCommit:
         self._contended = False  # the batch at work waits for another process's flock
 
     def write(self, change: Edit, write_batch: Callable[[list[_Write], float], None]) -> str:
-        """Make ``change`` in the next batch, which ``write_batch`` writes; say what it did, or
-        raise why it was not made."""
+        """Make ``change`` in the next batch (see ``write_batch``): what it did, or why not."""
         write = _Write(change)
         deadline = time.monotonic() + LOCK_TIMEOUT
         with self._queue_lock:
@@ -1406,8 +1391,7 @@ class DataFile:
         return self._served.version.store
 
     def status(self) -> Status:
-        """Return which version is in service, since when, and when the file on disk stopped being
-        it."""
+        """Which version is in service, since when, and since when the file on disk is not it."""
         if self._forked:
             self._adopt()
         return self._served.status()
