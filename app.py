@@ -880,8 +880,7 @@ def _refused(exc: store.DataError) -> HTTPError:
 
 
 def health(status: store.Status) -> Answer:
-    """Answer the health check: 200 while a good version is served, else 503; its SHA-256, since
-    when, and since when the file on disk differs (``stale``)."""
+    """Answer the health check: 200 while a version is served (else 503), its SHA-256, times."""
     document = {
         "status": "ok" if status.version is not None else "unavailable",
         "version": status.version,
@@ -940,19 +939,14 @@ def create_app(
 def _body_iterable(environ: WSGIEnvironment, data: bytes) -> Iterable[bytes]:
     """The answer's body as PEP 3333 takes it: by reference where the server keeps it so, so that
     what waits for a slow reader is the snapshot's bytes (BytesIO shares them), not a copy."""
-    if not data:
-        return []
     file_wrapper = environ.get("wsgi.file_wrapper")
-    if file_wrapper is None:
-        return [data]
-    if not str(getattr(file_wrapper, "__module__", "")).startswith(BY_REFERENCE):
-        return [data]
-    return file_wrapper(io.BytesIO(data))  # type: ignore[no-any-return]
+    if data and str(getattr(file_wrapper, "__module__", "")).startswith(BY_REFERENCE):
+        return file_wrapper(io.BytesIO(data))  # type: ignore[no-any-return,misc]
+    return [data] if data else []
 
 
 def _log_request(access_log: bool | AccessLog, environ: WSGIEnvironment, request: Request) -> None:
-    """Log a request: to an AccessLog, or (True) to the ``qstash_lists.access`` logger, if it is on
-    (else the request line would be made for nothing)."""
+    """Log a request to an AccessLog, or (True) to the access logger if it is on."""
     if access_log is not True:
         typing.cast(AccessLog, access_log).note(request)
     elif access_logger.isEnabledFor(logging.INFO):
@@ -970,8 +964,7 @@ class Request(NamedTuple):
     ms: float  # the time it took
 
     def entry(self, request_line: str) -> str:
-        """Its access log entry but its time: who asked what (its request line: see
-        _request_line), the status, the body's size, the time it took, and why."""
+        """Its log entry but the time: who, the request line, status, size, time taken, and why."""
         why = self.answer.why
         return '%s "%s" %s %d %.2fms%s' % (
             self.environ.get("REMOTE_ADDR") or "-",
@@ -1335,8 +1328,7 @@ def _check(settings: Mapping[str, Any], prog: str) -> int:
 
 
 def _fallback(host: str) -> Optional[str]:
-    """The token a one-account file gets without QSTASH_TOKEN: the built-in dev token, only where
-    no one else can reach the server (a loopback ``host``)."""
+    """The token of a one-account file without QSTASH_TOKEN: the dev token, on loopback only."""
     return DEV_TOKEN if is_loopback(host) else None
 
 
@@ -1478,8 +1470,7 @@ class Stopper:
         weakref.finalize(self, os.close, self._write)
 
     def watch(self, socket_map: Dict[int, Any]) -> None:
-        """Put the read end in ``socket_map``: a byte written before the loop starts stops it at
-        its first poll."""
+        """Put the read end in ``socket_map``: a byte written before the loop stops it at once."""
         from waitress import wasyncore
 
         class Dispatcher(wasyncore.file_dispatcher):  # type: ignore[misc]

@@ -557,8 +557,7 @@ _BESIDE_ACCOUNTS = (
 
 
 class _Checker:
-    """Turns the parsed document into dataclasses, judging each value by its field's rule and noting
-    every fault (its place spelled out only then)."""
+    """Builds dataclasses from the parsed document by the fields' rules, noting every fault."""
 
     def __init__(self) -> None:
         self.faults: list[str] = []
@@ -1038,8 +1037,7 @@ def add_endpoints(
 def remove_endpoints(
     group: Optional[UrlGroup], now: int, gone: list[dict[str, str]]
 ) -> tuple[Optional[Item], str]:
-    """Remove each endpoint that has every field given (a url, a name, or both), deleting the group
-    if left empty."""
+    """Remove each endpoint with every field given (url, name or both); an emptied group goes."""
     if group is None:
         raise NoSuchItem()
     names = {g["name"] for g in gone if "url" not in g}
@@ -1072,8 +1070,7 @@ class Status(NamedTuple):
 
 @dataclass(frozen=True)
 class _Version:
-    """The file as last judged, and the version in service: replaced whole, under the lock of the
-    _Served that owns it."""
+    """The file as last judged and the version in service: replaced whole, under _Served's lock."""
 
     signature: Optional[Signature] = None  # the file last judged (served, or refused); None: unread
     judged_at: float = 0.0  # when (a Unix time, as the file's own times)
@@ -1649,7 +1646,6 @@ if hasattr(os, "register_at_fork"):
 
 
 def wake_all() -> None:
-    """Have the reloader of every open DataFile look now (what SIGHUP does): no lock is taken, so
-    a signal handler may call it."""
+    """Have every open DataFile's reloader look now (SIGHUP's): no lock taken (signal-safe)."""
     for data in list(_open_files):
         data.wake()

@@ -571,8 +571,8 @@ MUTANTS: List[Mutant] = [
     M(
         "wrapper",
         "app.py",
-        '    if not str(getattr(file_wrapper, "__module__", "")).startswith(BY_REFERENCE):\n        return [data]\n',
-        "",
+        '    if data and str(getattr(file_wrapper, "__module__", "")).startswith(BY_REFERENCE):',
+        '    if data and file_wrapper is not None:',
     ),
     M("wrapper", "app.py", 'BY_REFERENCE = ("waitress.",)', 'BY_REFERENCE = ("",)'),
     M(
