@@ -1094,9 +1094,7 @@ def _digits(text: str, most: int) -> bool:
 def _whole(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         expected = "expected a whole number from %d to %d" % (low, high)
-        if not _digits(text, len(str(high))):
-            raise ValueError(expected)
-        if not low <= int(text) <= high:
+        if not _digits(text, len(str(high))) or not low <= int(text) <= high:
             raise ValueError(expected)
         return int(text)
 
@@ -1115,9 +1113,7 @@ def _size(text: str) -> int:
     digits, unit = text, ""
     if text[-1:].isalpha():
         digits, unit = text[:-1], text[-1].upper()
-    if unit not in _UNITS:
-        raise ValueError(expected)
-    if not _digits(digits, 10):
+    if unit not in _UNITS or not _digits(digits, 10):
         raise ValueError(expected)
     size = int(digits) << _UNITS[unit]
     if not 1 <= size <= _LARGEST_SIZE:
@@ -1127,12 +1123,9 @@ def _size(text: str) -> int:
 
 def _seconds(text: str) -> float:
     expected = "expected a number of seconds from 0.01 to 3600"
-    if not _digits(text.replace(".", "", 1), 19):
+    if not _digits(text.replace(".", "", 1), 19) or not 0.01 <= float(text) <= 3600:
         raise ValueError(expected)
-    value = float(text)
-    if not 0.01 <= value <= 3600:
-        raise ValueError(expected)
-    return value
+    return float(text)
 
 
 def _hosts(text: str) -> Tuple[str, ...]:

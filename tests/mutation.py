@@ -556,7 +556,7 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "app.py",
-        "        raise _no_such(FIELDS[target.collection][1], target.name or \"\") from None",
+        '        raise _no_such(FIELDS[target.collection][1], target.name or "") from None',
         '        return _written("nothing")',
         WRITES,
     ),
@@ -572,7 +572,7 @@ MUTANTS: List[Mutant] = [
         "wrapper",
         "app.py",
         '    if data and str(getattr(file_wrapper, "__module__", "")).startswith(BY_REFERENCE):',
-        '    if data and file_wrapper is not None:',
+        "    if data and file_wrapper is not None:",
     ),
     M("wrapper", "app.py", 'BY_REFERENCE = ("waitress.",)', 'BY_REFERENCE = ("",)'),
     M(
@@ -703,8 +703,8 @@ MUTANTS: List[Mutant] = [
     M(
         "settings",
         "app.py",
-        "if not 0.01 <= value <= 3600:",
-        "if not 0 <= value <= 3600:",
+        "not 0.01 <= float(text) <= 3600:",
+        "not 0 <= float(text) <= 3600:",
         tuple(SERVER),
     ),
     M("settings", "app.py", "raise SystemExit(3) from None", "raise SystemExit(2) from None"),
