@@ -937,8 +937,7 @@ def create_app(
 
 
 def _body_iterable(environ: WSGIEnvironment, data: bytes) -> Iterable[bytes]:
-    """The answer's body as PEP 3333 takes it: by reference where the server keeps it so, so that
-    what waits for a slow reader is the snapshot's bytes (BytesIO shares them), not a copy."""
+    """The body as PEP 3333 takes it: by reference where the server keeps it so (no copy waits)."""
     file_wrapper = environ.get("wsgi.file_wrapper")
     if data and str(getattr(file_wrapper, "__module__", "")).startswith(BY_REFERENCE):
         return file_wrapper(io.BytesIO(data))  # type: ignore[no-any-return,misc]
@@ -1263,8 +1262,7 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
 def _data_file(
     settings: Mapping[str, Any], fallback: Optional[str], required: bool, threads: int = 0
 ) -> store.DataFile:
-    """The data file of ``settings``: its writes that wait for another process's lock hold at
-    most half of ``threads``, where a server knows them (see store.WAITING_WRITES)."""
+    """The data file of ``settings``; half of ``threads``, if known, may wait for another's lock."""
     return open_data(
         settings["data"],
         settings["token"],
@@ -1539,11 +1537,8 @@ def serving(
     )
     stopper = Stopper()
     stopper.watch(socket_map)
-    thread = threading.Thread(
-        target=run,
-        args=(server, socket_map, SERVING_STOP_TIMEOUT, stopper),
-        name="qstash-lists server",
-    )
+    args = (server, socket_map, SERVING_STOP_TIMEOUT, stopper)
+    thread = threading.Thread(target=run, args=args, name="qstash-lists server")
     thread.start()
     try:
         yield "http://%s:%s" % ("[%s]" % host if ":" in host else host, server.effective_port)

@@ -1398,8 +1398,7 @@ class DataFile:
         return self._served.look(force)
 
     def wake(self) -> None:
-        """Have the reloader look at the file now and reload it even if it looks unchanged.  It
-        takes no lock: a signal handler may call it (see wake_all)."""
+        """Have the reloader look now, reloading even an unchanged file; no lock: signal-safe."""
         with contextlib.suppress(OSError, AttributeError):  # full: a look is due; closed: none is
             cast(socket.socket, self._wake_send).send(b"\0", getattr(socket, "MSG_NOSIGNAL", 0))
 
@@ -1570,11 +1569,9 @@ class DataFile:
         stops it.  It waits on a socket pair of its own, which wake() writes to without a lock."""
         if self._wake_receive is None:
             self._pair()
+        args, name = (weakref.ref(self), self._wake_receive, self._wake_send), self.path
         self._thread = threading.Thread(
-            target=_reloader,
-            args=(weakref.ref(self), self._wake_receive, self._wake_send),
-            daemon=True,
-            name="qstash-lists reloader: %s" % self.path,
+            target=_reloader, args=args, daemon=True, name="qstash-lists reloader: " + name
         )
         self._thread.start()
 
