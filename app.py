@@ -370,11 +370,9 @@ def body(account: store.Account, path: str, name: Optional[str]) -> Optional[Bod
         keys = account.signing_keys or (
             DEV_SIGNING_KEYS if account.token_sha256 == _DEV_DIGEST else None
         )
-        found = (
-            None
-            if keys is None
-            else Body(store.encode({"current": keys[0], "next": keys[1]}), NO_STORE)
-        )
+        found = None
+        if keys is not None:
+            found = Body(store.encode({"current": keys[0], "next": keys[1]}), NO_STORE)
     elif name is None:
         found = Body(store.array(getattr(account, field)), PRIVATE)
     else:
@@ -734,9 +732,8 @@ def respond(
 
 def _refuse_web_pages(environ: WSGIEnvironment) -> None:
     """Refuse a request that a web page sent (it has an Origin, or says it comes from a site)."""
-    if environ.get("HTTP_ORIGIN") is not None:
-        raise Forbidden(FROM_A_PAGE, why="from a web page")
-    if environ.get("HTTP_SEC_FETCH_SITE") in ("cross-site", "same-site"):
+    site = environ.get("HTTP_SEC_FETCH_SITE")
+    if environ.get("HTTP_ORIGIN") is not None or site in ("cross-site", "same-site"):
         raise Forbidden(FROM_A_PAGE, why="from a web page")
 
 
@@ -964,15 +961,9 @@ class Request(NamedTuple):
 
     def entry(self, request_line: str) -> str:
         """Its log entry but the time: who, the request line, status, size, time taken, and why."""
-        why = self.answer.why
-        return '%s "%s" %s %d %.2fms%s' % (
-            self.environ.get("REMOTE_ADDR") or "-",
-            request_line,
-            self.answer.status[:3],
-            self.size,
-            self.ms,
-            "" if why is None else " (%s)" % why,
-        )
+        why = "" if self.answer.why is None else " (%s)" % self.answer.why
+        who, status = self.environ.get("REMOTE_ADDR") or "-", self.answer.status[:3]
+        return '%s "%s" %s %d %.2fms%s' % (who, request_line, status, self.size, self.ms, why)
 
 
 class AccessLog(logging.Handler):

@@ -506,9 +506,8 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """An object as json.loads builds it, and the keys given more than once under _TWICE."""
     value = dict(pairs)
     if len(value) < len(pairs):
-        value[_TWICE] = sorted(
-            key for key, count in Counter(key for key, _ in pairs).items() if count > 1
-        )
+        counts = Counter(key for key, _ in pairs)
+        value[_TWICE] = sorted(key for key, count in counts.items() if count > 1)
     return value
 
 

@@ -452,15 +452,15 @@ MUTANTS: List[Mutant] = [
     M(
         "safety",
         "app.py",
-        '    if environ.get("HTTP_ORIGIN") is not None:\n',
-        "    if False:\n",
+        'if environ.get("HTTP_ORIGIN") is not None or site',
+        "if site",
         SAFETY,
     ),
     M(
         "safety",
         "app.py",
-        'environ.get("HTTP_SEC_FETCH_SITE") in ("cross-site", "same-site")',
-        "False",
+        'or site in ("cross-site", "same-site"):',
+        "or False:",
         SAFETY,
     ),
     M(
@@ -620,7 +620,7 @@ MUTANTS: List[Mutant] = [
         'raise Unauthorized("unknown token")',
         'raise Unauthorized("unknown token %r" % environ.get("HTTP_AUTHORIZATION"))',
     ),
-    M("log", "app.py", '"" if why is None else " (%s)" % why', '""'),
+    M("log", "app.py", '"" if self.answer.why is None else " (%s)" % self.answer.why', '""'),
     M(
         "log",
         "app.py",
