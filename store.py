@@ -412,6 +412,10 @@ class Account:
         return b"{" + b",\n ".join(fields) + b"}"
 
 
+#: A file of several accounts: _OPEN, each account's ``lines`` with _BETWEEN, _CLOSE.
+_OPEN, _BETWEEN, _CLOSE = b'{"accounts": [\n', b",\n", b"\n]}\n"
+
+
 @dataclass(frozen=True)
 class Store:
     """Every account of one loaded data file, found by the SHA-256 digest of its token."""
@@ -436,7 +440,16 @@ class Store:
         ``{"accounts": [...]}`` with an account a line."""
         if self.single_account:
             return self.accounts[0].lines + b"\n"
-        return b'{"accounts": [\n' + b",\n".join([a.lines for a in self.accounts]) + b"\n]}\n"
+        return _OPEN + _BETWEEN.join([a.lines for a in self.accounts]) + _CLOSE
+
+    @cached_property
+    def size(self) -> int:
+        """``len(self.lines)``, from each account's without joining them (a write checks each
+        change's)."""
+        size = sum(len(account.lines) for account in self.accounts)
+        if self.single_account:
+            return size + 1
+        return len(_OPEN) + size + len(_BETWEEN) * max(len(self.accounts) - 1, 0) + len(_CLOSE)
 
     def warnings(self, source: str) -> list[str]:
         """Return what looks wrong in a valid file, one line each: no account, times in seconds."""
@@ -1436,8 +1449,8 @@ class DataFile:
         every writer's lock, whatever the file holds now (one that does not load too: a test
         double's put-back), and serve it; return its store."""
         fresh = parse(raw, self.path, self._served._token, self._served._fallback)
-        if len(fresh.lines) > self.max_size:
-            raise _too_large(self.path, len(fresh.lines), self.max_size)
+        if fresh.size > self.max_size:
+            raise _too_large(self.path, fresh.size, self.max_size)
         # The flock is per open file: this process's own batches wait for it as others' do.
         with _locked(self.path, time.monotonic() + LOCK_TIMEOUT) as held:
             with _new_version(held.target, fresh.lines, held.stat, self.path) as new:
@@ -1559,8 +1572,8 @@ class DataFile:
                     % (self.path, megabytes(size), megabytes(share), len(store.accounts))
                 ]
             )
-        if len(fresh.lines) > self.max_size:
-            raise _too_large(self.path, len(fresh.lines), self.max_size)
+        if fresh.size > self.max_size:
+            raise _too_large(self.path, fresh.size, self.max_size)
 
     # -- The reloader thread and forks -------------------------------------------------------------
     def _start(self) -> None:

@@ -940,8 +940,22 @@ MUTANTS: List[Mutant] = [
     M(
         "writer",
         "store.py",
-        "        if len(fresh.lines) > self.max_size:\n            raise _too_large(self.path, len(fresh.lines), self.max_size)\n\n    #",
-        "        if False:\n            raise _too_large(self.path, len(fresh.lines), self.max_size)\n\n    #",
+        "            return size + 1\n",
+        "            return size\n",
+        DIFFERENTIAL,
+    ),
+    M(
+        "writer",
+        "store.py",
+        "len(_BETWEEN) * max(len(self.accounts) - 1, 0)",
+        "len(_BETWEEN) * len(self.accounts)",
+        DIFFERENTIAL,
+    ),
+    M(
+        "writer",
+        "store.py",
+        "        if fresh.size > self.max_size:\n            raise _too_large(self.path, fresh.size, self.max_size)\n\n    #",
+        "        if False:\n            raise _too_large(self.path, fresh.size, self.max_size)\n\n    #",
         WRITER,
     ),
     M(

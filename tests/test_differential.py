@@ -2,7 +2,8 @@
 generated inputs:
 
 - the writer: what it serves after each write, built on the store in service (unchanged items
-  keep their encoded bytes), is what a whole parse of the file it wrote builds.
+  keep their encoded bytes), is what a whole parse of the file it wrote builds; a store's size,
+  summed from its accounts', is its file's.
 - the checker's builders (store._BUILDERS, written from the schema): an item they build is the
   one the checker's rule-by-rule way builds, and one they refuse it refuses too.  Items valid and
   broken at each field, with a key unknown, missing or given twice.
@@ -138,11 +139,17 @@ def test_the_writer_serves_what_a_whole_parse_of_the_file_it_wrote_builds(tmp_pa
 
 
 def test_what_the_writer_writes_loads_as_the_store_it_wrote() -> None:
-    """Every store's file (its lines) parses to that store."""
+    """Every store's file (its lines) parses to that store, and its size (which a write checks
+    without joining the lines) is theirs."""
     rng = random.Random(SEED + 1)
     for _ in range(500):
         known, raw = written(rng)
         assert whole(raw) == canonical(known)
+        assert known.size == len(raw)
+    single = {key: account(rng, "t")[key] for key in ("urlGroups", "queues")}
+    for document in ({"accounts": []}, {"queues": []}, single):
+        one = store.parse(store.encode(document), "data.json", "t")
+        assert one.size == len(one.lines)
 
 
 # ---- The checker's builders ---------------------------------------------------------------------
