@@ -440,7 +440,7 @@ class Store:
         ``{"accounts": [...]}`` with an account a line."""
         if self.single_account:
             return self.accounts[0].lines + b"\n"
-        return _OPEN + _BETWEEN.join([a.lines for a in self.accounts]) + _CLOSE
+        return b"".join([_OPEN, _BETWEEN.join([a.lines for a in self.accounts]), _CLOSE])
 
     @cached_property
     def size(self) -> int:
