@@ -146,8 +146,7 @@ DEV_TOKEN_HOST = (
 #: waitress-serve's recipe use them.
 WAITRESS_SETTINGS: Dict[str, Any] = {
     "ident": "qstash-lists",  # the Server header: no version numbers
-    # Bodies go by reference (wsgi.file_wrapper): a slow reader holds no worker, as the default
-    # watermark would.
+    # Bodies by reference (wsgi.file_wrapper): a slow reader holds no worker (the default would).
     "outbuf_high_watermark": 1 << 40,
     "asyncore_use_poll": True,  # select() fails on descriptors above 1023; poll() does not
     "channel_timeout": 15,  # close a connection that has sent and been sent nothing for 15 s...
@@ -317,8 +316,7 @@ class ServiceUnavailable(HTTPError):
 
 def _no_such(noun: str, name: str) -> NotFound:
     shown = name if len(name) <= SHOWN_NAME else name[:SHOWN_NAME] + "..."
-    # As typed (the answer's JSON escapes it, once).
-    quoted = json.dumps(shown, ensure_ascii=False)
+    quoted = json.dumps(shown, ensure_ascii=False)  # as typed (the answer's JSON escapes it once)
     return NotFound("not found: no %s named %s" % (noun, quoted), why="no such %s" % noun)
 
 
@@ -480,8 +478,7 @@ def _body(environ: WSGIEnvironment) -> Dict[str, Any]:
     try:
         # UTF-8 itself: json.loads would take UTF-16, UTF-32 and a byte-order mark, as no SDK sends.
         body = json.loads(raw.decode("utf-8"), object_pairs_hook=store.unique_keys)
-    # A key given twice: which one the SDK user meant is anyone's guess.
-    except store.DataError as exc:
+    except store.DataError as exc:  # a key given twice: which one was meant is anyone's guess
         raise BadRequest("bad request: %s" % exc) from None
     except (ValueError, RecursionError):
         raise BadRequest("bad request: the body is not UTF-8 JSON") from None
@@ -706,10 +703,8 @@ def respond(
         return health(source.status())
     suites = target.route in (RESET_PATH, FAULTS_PATH, REQUESTS_PATH)
     if suites and days is None:
-        raise NotFound(
-            "not found: %s answers once the server is started with --reset (QSTASH_LISTS_RESET=1)"
-            % target.route
-        )
+        started = "once the server is started with --reset (QSTASH_LISTS_RESET=1)"
+        raise NotFound("not found: %s answers %s" % (target.route, started))
     _check_name(target, method)
     account = _account(environ, source, allowed_hosts)
     if days is not None:
@@ -720,9 +715,8 @@ def respond(
         if suites:
             return days.answer(environ, account.token_sha256, target.route)
         environ[ACCOUNT_KEY] = account.token_sha256  # for the request log
-        fault = days.take(
-            account.token_sha256, method, target.route.replace("{name}", target.name or "")
-        )
+        path = target.route.replace("{name}", target.name or "")
+        fault = days.take(account.token_sha256, method, path)
         if fault is not None:
             _meet(fault, days, environ)
     if method in ("GET", "HEAD"):
@@ -1239,12 +1233,10 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
         settings = read_settings(os.environ if environ is None else environ)
         data = _data_file(settings, None, required=True)
     except (ConfigError, store.TokenMissing) as exc:
-        # One write: the workers that fail at once each give a whole line.
-        sys.stderr.write("%s\n" % exc)
+        sys.stderr.write("%s\n" % exc)  # one write: each failing worker's line is whole
         raise SystemExit(3) from None
     except store.DataError:
-        # Logged; answered with 503 until it is good.
-        data = _data_file(settings, None, required=False)
+        data = _data_file(settings, None, required=False)  # logged; 503s until it is good
     except KeyboardInterrupt:  # Ctrl-C during the first load: a stop, not a traceback
         raise SystemExit(130) from None
     return create_app(data, allowed_hosts=settings["allowed_hosts"] or (), resets=settings["reset"])
@@ -1283,8 +1275,7 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         return _fail([str(exc)])
     settings["writable"] = settings["writable"] or args.write
     settings["reset"] = settings["reset"] or args.resets
-    # Before the first load: none kills half-way (--run's command has not run, so it has not
-    # passed).
+    # Before the first load: none kills half-way (a --run command not yet run has not passed).
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stop if args.run is None else _stop_unfinished)
     if hasattr(signal, "SIGHUP"):
@@ -1372,8 +1363,7 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[A
     stopper = Stopper()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda signum, frame: stopper.stop())  # it takes no lock
-    # Ours, single socket or several, so that run() can see every connection.
-    socket_map: Dict[int, Any] = {}
+    socket_map: Dict[int, Any] = {}  # ours, one socket or several: run() sees every connection
     stopper.watch(socket_map)
     try:
         server = create_server(
