@@ -871,7 +871,7 @@ def _refused(exc: store.DataError) -> HTTPError:
 
 
 def health(status: store.Status) -> Answer:
-    """Answer the health check: 200 while a version is served (else 503), its SHA-256, times."""
+    """Answer the health check: 200 while a version is served (else 503), its SHA-256, staleness."""
     document = {
         "status": "ok" if status.version is not None else "unavailable",
         "version": status.version,

@@ -65,6 +65,13 @@ WRITE_ATTEMPTS = 3
 WAITING_WRITES = 8
 _READ_CHUNK = 1 << 24
 _MISSING: Any = object()  # a key the object does not have (its fault is said once, as missing)
+#: A file of several accounts as the writer writes it: _OPEN, each account's ``lines`` with
+#: _BETWEEN, _CLOSE (see Store.lines).
+_OPEN, _BETWEEN, _CLOSE = b'{"accounts": [\n', b",\n", b"\n]}\n"
+_BESIDE_ACCOUNTS = (  # the fault of a key beside "accounts"
+    "unknown key next to 'accounts' (a file lists accounts, or holds 'urlGroups' and 'queues' of "
+    "one account, not both)"
+)
 #: QStash's rule for the names of URL groups and queues (a 400 otherwise).
 NAME_RULE = "only letters, digits, '-', '.' and '_', not dots alone"
 _NAME = re.compile(r"[A-Za-z0-9_.-]+")
@@ -121,7 +128,7 @@ class Busy(DataError):
 
 # ---- The rules, each written once; the schema and the checker judge every value by them ----------
 def is_whole(value: Any) -> bool:
-    """A JSON integer (not true, not 1.0) from 0 to 2**53 - 1: a JavaScript client's exact."""
+    """A JSON integer (not true, not 1.0) from 0 to 2**53 - 1: exact in a JavaScript client."""
     return type(value) is int and 0 <= value <= MAX_SAFE_INTEGER
 
 
@@ -412,10 +419,6 @@ class Account:
         return b"{" + b",\n ".join(fields) + b"}"
 
 
-#: A file of several accounts: _OPEN, each account's ``lines`` with _BETWEEN, _CLOSE.
-_OPEN, _BETWEEN, _CLOSE = b'{"accounts": [\n', b",\n", b"\n]}\n"
-
-
 @dataclass(frozen=True)
 class Store:
     """Every account of one loaded data file, found by the SHA-256 digest of its token."""
@@ -560,12 +563,6 @@ def _json(raw: bytes, source: str) -> Any:
         raise DataError(["%s: invalid JSON: nested too deeply" % source]) from None
     except ValueError:  # Python (3.11, 3.10.7, 3.9.14 on) reads no integer of over 4,300 digits
         raise DataError(["%s: invalid JSON: an integer of over 4,300 digits" % source]) from None
-
-
-_BESIDE_ACCOUNTS = (
-    "unknown key next to 'accounts' (a file lists accounts, or holds 'urlGroups' and 'queues' of "
-    "one account, not both)"
-)
 
 
 class _Checker:

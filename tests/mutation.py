@@ -212,7 +212,13 @@ MUTANTS: List[Mutant] = [
         "        if self._version.store is None:\n            logger.error",
         "        if self._version.store is not None:\n            logger.error",
     ),
-    M("reload", "store.py", "st.st_mtime_ns, st.st_ctime_ns)", "st.st_mtime_ns, 0)"),
+    M(
+        "reload",
+        "store.py",
+        "st.st_mtime_ns, st.st_ctime_ns)",
+        "st.st_mtime_ns, 0)",
+        ("tests/test_versions.py", "tests/test_reload.py"),
+    ),
     M(
         "reload",
         "store.py",
