@@ -499,6 +499,10 @@ def _field(body: Dict[str, Any], key: str, good: Callable[[Any], bool], expected
     raise BadRequest("bad request: %s: expected %s, got %s" % (key, expected, got))
 
 
+#: The fields an endpoint of a write may give, and the rule of each.
+_ENDPOINT_RULES = {"url": store.is_http_url, "name": store.is_text}
+
+
 def _endpoints(body: Dict[str, Any], adding: bool) -> List[Any]:
     """A write's ``endpoints``: each with an http(s) url to add; a url or a name to remove."""
     found = _field(
@@ -520,9 +524,6 @@ def _endpoints(body: Dict[str, Any], adding: bool) -> List[Any]:
             )
         endpoints.append(store.Endpoint(given.get("name"), given["url"]) if adding else given)
     return endpoints
-
-
-_ENDPOINT_RULES = {"url": store.is_http_url, "name": store.is_text}
 
 
 def _host_is_local(host: Optional[str], allowed: Iterable[str]) -> bool:
