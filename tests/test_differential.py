@@ -147,7 +147,8 @@ def test_what_the_writer_writes_loads_as_the_store_it_wrote() -> None:
         assert whole(raw) == canonical(known)
         assert known.size == len(raw)
     single = {key: account(rng, "t")[key] for key in ("urlGroups", "queues")}
-    for document in ({"accounts": []}, {"queues": []}, single):
+    documents: List[Dict[str, Any]] = [{"accounts": []}, {"queues": []}, single]
+    for document in documents:
         one = store.parse(store.encode(document), "data.json", "t")
         assert one.size == len(one.lines)
 
