@@ -742,11 +742,10 @@ def _show(value: Any) -> str:
 
 # ---- Reading: never blocks, never half a version ------------------------------------------------
 class Read(NamedTuple):
-    """A version of the file as read: its bytes, what stat said of it, and when it was read."""
+    """A version of the file as read: its bytes, and what stat said of it."""
 
     raw: bytes
     signature: Signature
-    read_at: float  # time.monotonic() as the read began
 
 
 @contextlib.contextmanager
@@ -754,11 +753,11 @@ def _opened(path: str, max_size: int) -> Iterator[tuple[int, Read]]:
     """The data file at ``path`` (never blocking: a regular file of at most ``max_size`` bytes),
     open, and the version read, read again while it changes; or a DataError of one line."""
     for _ in range(READ_ATTEMPTS):
-        opened_at, fd = time.monotonic(), _open(path)
+        fd = _open(path)
         try:
             found = _read_open(fd, path, max_size)
             if found is not None:
-                yield fd, found._replace(read_at=opened_at)  # what the path led to then
+                yield fd, found
                 return
         finally:
             os.close(fd)
@@ -771,7 +770,7 @@ def _read_open(fd: int, path: str, max_size: int) -> Optional[Read]:
     """Read the open file ``fd`` from its start; return its bytes and signature, or None if it
     changed while it was read (a writer at work); a DataError of one line if it cannot be read."""
     try:
-        read_at, before = time.monotonic(), os.fstat(fd)
+        before = os.fstat(fd)
         judged, cannot = _signature(before), "%s: cannot read: " % path
         limit = "over the limit of %s (--max-size, QSTASH_LISTS_MAX_SIZE)" % megabytes(max_size)
         if not stat.S_ISREG(before.st_mode):
@@ -788,7 +787,7 @@ def _read_open(fd: int, path: str, max_size: int) -> Optional[Read]:
         raise DataError(["%s: cannot read: %s" % (path, exc.strerror or exc)]) from None
     if _rewritten(before, after) or len(raw) != after.st_size:
         return None
-    return Read(raw, judged, read_at)
+    return Read(raw, judged)
 
 
 def _rewritten(before: os.stat_result, after: os.stat_result) -> bool:
@@ -1083,7 +1082,6 @@ class _Version:
 
     signature: Optional[Signature] = None  # the file last judged (served, or refused); None: unread
     judged_at: float = 0.0  # when (a Unix time, as the file's own times)
-    read_at: float = 0.0  # when it was read (time.monotonic()): what was on disk then, or later
     store: Optional[Store] = None  # the last good store; None until there is one
     raw: bytes = b""  # the bytes that store was built from (or written as)
     loaded_at: Optional[float] = None  # when it was put in service
@@ -1134,15 +1132,16 @@ class _Served:
     def version(self) -> _Version:
         return self._version
 
-    def look(self, force: bool = False, since: Optional[float] = None) -> bool:
-        """Load the file unless stat shows it to be the version judged, or a look that read it
-        ``since`` (a time.monotonic()) did; parse it unless it holds the bytes in service
-        (``force``: whatever it holds); tell whether it was parsed and put in service.  A fault is
-        logged when it starts."""
+    def look(self, force: bool = False, renamed: bool = False) -> bool:
+        """Load the file unless stat shows it to be the version judged (``renamed``: a version
+        renamed over it, which always has another signature, is the only change looked for);
+        parse it unless it holds the bytes in service (``force``: whatever it holds); tell whether
+        it was parsed and put in service.  A fault is logged when it starts."""
         with self._lock:
-            if since is not None and self._version.read_at >= since:
-                return False  # read while this one waited: what the file held then, or later
-            if not force and self._version.unchanged(_stat(self.path)):
+            on_disk = _stat(self.path)
+            if renamed and on_disk == self._version.signature:
+                return False  # a look or a write this one waited for had it
+            if not force and self._version.unchanged(on_disk):
                 return False
             before = self._version.store
             fault = self.load(force)
@@ -1177,23 +1176,22 @@ class _Served:
         if not force and version.failed_at is None and version.holds(found.raw):
             self._hold(fd)
             self._version = dataclasses.replace(
-                version, signature=found.signature, judged_at=time.time(), read_at=found.read_at
+                version, signature=found.signature, judged_at=time.time()
             )
             return cast(Store, version.store)
         try:
             store = parse(found.raw, self.path, self._token, self._fallback)
         except DataError as exc:
             raise type(exc)(exc.faults, found.signature) from None
-        self.put(fd, found.signature, store, found.raw, found.read_at)
+        self.put(fd, found.signature, store, found.raw)
         return store
 
-    def put(self, fd: int, signature: Signature, store: Store, raw: bytes, read_at: float) -> None:
+    def put(self, fd: int, signature: Signature, store: Store, raw: bytes) -> None:
         """Put ``store`` in service, as the version ``signature`` holding ``raw``, open as
-        ``fd``, on disk at ``read_at``.  Precondition: _lock is held, or this is the
-        constructor."""
+        ``fd``.  Precondition: _lock is held, or this is the constructor."""
         self._hold(fd)
         now = time.time()
-        self._version = _Version(signature, now, read_at, store, raw, loaded_at=now)
+        self._version = _Version(signature, now, store, raw, loaded_at=now)
         if self.first is None:
             self.first = store
         if self._fault is not None:
@@ -1390,10 +1388,8 @@ class DataFile:
         signature, see _Served), so that a read follows every write answered."""
         if self._forked:
             self._adopt()
-        if self.writable:
-            asked = time.monotonic()
-            if _stat(self.path) != self._served.version.signature:
-                self._served.look(since=asked)
+        if self.writable and _stat(self.path) != self._served.version.signature:
+            self._served.look(renamed=True)
         return self._served.version.store
 
     def status(self) -> Status:
@@ -1454,7 +1450,7 @@ class DataFile:
                 with self._served._lock:
                     os.replace(new.path, held.target)
                     signature = _signature(os.fstat(new.fd))
-                    self._served.put(new.fd, signature, fresh, fresh.lines, time.monotonic())
+                    self._served.put(new.fd, signature, fresh, fresh.lines)
         return fresh
 
     def _write_batch(self, batch: list[_Write], deadline: float) -> None:
@@ -1496,9 +1492,7 @@ class DataFile:
             with served._lock:  # a read waits for the swap only
                 if not _swap(new, held.target, held, found.signature):
                     return False
-                # The flock is held: the file is this version until it is let go.
-                put_at = time.monotonic()
-                served.put(new.fd, _signature(os.fstat(new.fd)), fresh, fresh.lines, put_at)
+                served.put(new.fd, _signature(os.fstat(new.fd)), fresh, fresh.lines)
         return True
 
     def _apply(self, store: Store, batch: list[_Write]) -> Store:

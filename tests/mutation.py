@@ -181,8 +181,8 @@ MUTANTS: List[Mutant] = [
     M(
         "reload",
         "store.py",
-        "if not force and self._version.unchanged(_stat(self.path)):",
-        "if self._version.unchanged(_stat(self.path)):",
+        "if not force and self._version.unchanged(on_disk):",
+        "if self._version.unchanged(on_disk):",
     ),
     M(
         "reload",
@@ -406,15 +406,22 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "            if _stat(self.path) != self._served.version.signature:\n                self._served.look(since=asked)",
-        "            if False:\n                self._served.look(since=asked)",
+        "if self.writable and _stat(self.path) != self._served.version.signature:",
+        "if False:",
         WRITES,
     ),
     M(
         "writes",
         "store.py",
-        "served.put(new.fd, _signature(os.fstat(new.fd)), fresh, fresh.lines, put_at)",
-        "served.put(new.fd, found.signature, fresh, fresh.lines, put_at)",
+        "if renamed and on_disk == self._version.signature:",
+        "if renamed:",
+        WRITES + VERSIONS,
+    ),
+    M(
+        "writes",
+        "store.py",
+        "served.put(new.fd, _signature(os.fstat(new.fd)), fresh, fresh.lines)",
+        "served.put(new.fd, found.signature, fresh, fresh.lines)",
         WRITES,
     ),
     M(

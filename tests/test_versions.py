@@ -11,9 +11,10 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Tuple
+from typing import Any, Callable, Iterator, List, Tuple, cast
 
 import pytest
 import test_writer
@@ -274,3 +275,51 @@ def test_read_only_replicas_serve_a_write_at_their_next_look(tmp_path: Path) -> 
     assert after is not None and "w" in after.accounts[0].queues
     writer.close()
     replica.close()
+
+
+# ---- Freshness from the file, never from a clock (STYLE.md 25) ----------------------------------
+class NotingLock:
+    """A lock that notes when the thread ``reader`` starts to wait for it."""
+
+    def __init__(self, lock: Any, reader: List[threading.Thread], waiting: threading.Event) -> None:
+        self._lock, self._reader, self._waiting = lock, reader, waiting
+
+    def __enter__(self) -> None:
+        if self._reader and threading.current_thread() is self._reader[0]:
+            self._waiting.set()
+        self._lock.acquire()
+
+    def __exit__(self, *exc: Any) -> None:
+        self._lock.release()
+
+
+def test_a_read_that_waits_behind_a_swap_serves_a_write_answered_after_the_rename(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Process A renames its version in; before A puts it in service, process B locks the renamed
+    file, writes and answers; a read on A that began after B's answer (and waited for A's swap)
+    serves B's write, not A's older version (a timestamp taken after A's rename said otherwise)."""
+    path = write_json(tmp_path / "data.json", accounts_document())
+    a = service.open_data(str(path), None, 3600, writable=True)
+    b = service.open_data(str(path), None, 3600, writable=True)
+    reader: List[threading.Thread] = []
+    waiting, served, swapped = threading.Event(), cast(List[Any], []), []
+    monkeypatch.setattr(a._served, "_lock", NotingLock(a._served._lock, reader, waiting))
+    real_swap = store._swap
+
+    def swap(*args: Any) -> bool:
+        done = real_swap(*args)
+        if done and not swapped:  # A's rename made; A not yet at its put
+            swapped.append(True)
+            assert b.update(DIGEST_A, "queues", "from-b", store.upsert_queue, "from-b", 1, None)
+            reader.append(threading.Thread(target=lambda: served.append(a.current())))
+            reader[0].start()
+            waiting.wait()  # the read, begun after B's answer, waits for A's swap
+        return done
+
+    monkeypatch.setattr(store, "_swap", swap)
+    a.update(DIGEST_A, "queues", "from-a", store.upsert_queue, "from-a", 1, None)
+    reader[0].join()
+    assert {"from-a", "from-b"} <= set(served[0].by_digest[DIGEST_A].queues)
+    a.close()
+    b.close()
