@@ -960,11 +960,16 @@ def _unwritable(source: str, exc: OSError, target: str) -> str:
     return "%s: cannot write: %s (%s); it is unchanged" % (source, exc.strerror or exc, where)
 
 
-def _swap(new: _Temporary, target: str, held: _Held, signature: Signature) -> bool:
-    """Rename ``new`` over ``target`` if that is still the file ``held``, as the version
-    ``signature``; tell whether it was done.  A save by hand in the microseconds between the check
-    and the rename is overwritten (as git's and editors' own writes would be)."""
-    if not held.names(target, signature):
+def _swap(new: _Temporary, target: str, held: _Held, found: Read, max_size: int) -> bool:
+    """Rename ``new`` over ``target`` if that is still the file ``held``, holding the version
+    ``found``; tell whether it was done.  Its bytes are read again and compared, as stat cannot
+    tell a save in place within the timestamps' granularity (a second on ext3, HFS+, exFAT); one in
+    the microseconds between that read and the rename is overwritten (as git's and editors' own
+    writes would be)."""
+    if not held.names(target, found.signature):
+        return False
+    again = _read_open(held.fd, target, max_size)
+    if again is None or again.raw != found.raw:
         return False
     os.replace(new.path, target)
     return True
@@ -1490,7 +1495,7 @@ class DataFile:
             return True
         with _new_version(held.target, fresh.lines, held.stat, self.path) as new:
             with served._lock:  # a read waits for the swap only
-                if not _swap(new, held.target, held, found.signature):
+                if not _swap(new, held.target, held, found, self.max_size):
                     return False
                 served.put(new.fd, _signature(os.fstat(new.fd)), fresh, fresh.lines)
         return True

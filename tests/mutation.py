@@ -413,6 +413,13 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
+        "    if again is None or again.raw != found.raw:\n        return False",
+        "    if again is None:\n        return False",
+        VERSIONS,
+    ),
+    M(
+        "writes",
+        "store.py",
         "if renamed and on_disk == self._version.signature:",
         "if renamed:",
         WRITES + VERSIONS,
@@ -502,7 +509,7 @@ MUTANTS: List[Mutant] = [
     M(
         "safety",
         "store.py",
-        "    if not held.names(target, signature):\n        return False",
+        "    if not held.names(target, found.signature):\n        return False",
         "    if False:\n        return False",
         ("tests/test_write_safety.py", "tests/test_writer.py"),
     ),

@@ -323,3 +323,53 @@ def test_a_read_that_waits_behind_a_swap_serves_a_write_answered_after_the_renam
     assert {"from-a", "from-b"} <= set(served[0].by_digest[DIGEST_A].queues)
     a.close()
     b.close()
+
+
+# ---- A hand save in place, on whole-second timestamps, is never overwritten -------------------
+@pytest.mark.parametrize("broken", [False, True], ids=["an-edit", "a-save-that-does-not-load"])
+@pytest.mark.parametrize("where", ["coarse timestamps", "a coarse filesystem"])
+def test_a_save_in_place_while_a_write_is_made_is_never_overwritten(
+    tmp_path: Path, monkeypatch: Any, broken: bool, where: str
+) -> None:
+    """An editor saves in place (same size, same second: the same signature on a filesystem of
+    whole-second timestamps) after the writer read the file and before its rename: an edit is
+    kept and the write made on it; a save that does not load is kept and the write is a 409."""
+    with contextlib.ExitStack() as stack:
+        saved_in_place(stack, tmp_path, monkeypatch, broken, where)
+
+
+def saved_in_place(
+    stack: contextlib.ExitStack, tmp_path: Path, monkeypatch: Any, broken: bool, where: str
+) -> None:
+    if where == "coarse timestamps":
+        coarse(monkeypatch)
+        path = tmp_path / "data.json"
+    else:
+        path = stack.enter_context(coarse_filesystem(tmp_path)) / "data.json"
+    eventually(lambda: time.time() % 1 < 0.5)  # the save within the second of the file's write
+    edited_in_place(path, 1)
+    data = service.open_data(str(path), None, 3600, writable=True)
+    stack.callback(data.close)
+    saved = path.read_bytes().replace(b'"parallelism": 1', b'"parallelism": 7')
+    if broken:
+        saved = saved.replace(b'"parallelism": 7', b'"parallelism": x')
+    real_new_version, edits = store._new_version, []
+
+    @contextlib.contextmanager
+    def new_version(*args: Any) -> Iterator[Any]:
+        with real_new_version(*args) as new:
+            if not edits:
+                with open(path, "r+b") as editor:  # saved in place, as vim or VS Code save
+                    editor.write(saved)
+                edits.append(path.stat())
+            yield new
+
+    monkeypatch.setattr(store, "_new_version", new_version)
+    app = service.create_app(data, False)
+    response = send(app, "POST", "/v2/queues", {"queueName": "w"})
+    if broken:
+        assert (response.status, path.read_bytes()) == (409, saved)
+    else:
+        assert response.status == 200
+        kept = store.load(str(path), None).by_digest[DIGEST_A].queues
+        assert (kept["emails"].parallelism, "w" in kept) == (7, True)
