@@ -19,7 +19,9 @@ import io
 import ipaddress
 import json
 import logging
+import logging.handlers
 import os
+import queue
 import re
 import shutil
 import signal
@@ -30,7 +32,6 @@ import threading
 import time
 import typing
 import weakref
-from functools import partial
 from http import HTTPStatus
 from typing import (
     TYPE_CHECKING,
@@ -45,7 +46,6 @@ from typing import (
     Optional,
     Sequence,
     Tuple,
-    Union,
 )
 from urllib.parse import quote, unquote_to_bytes
 
@@ -71,8 +71,10 @@ __version__ = "0.3.0"
 __all__ = [
     "DEV_TOKEN",
     "SETTINGS",
-    "AccessLog",
     "HTTPError",
+    "QueueLog",
+    "Service",
+    "TestDouble",
     "create_app",
     "main",
     "make_app",
@@ -92,44 +94,20 @@ DEV_SIGNING_KEYS = ("sig_7kYjw48mhY7kAjqNGcy6cr29RJ6r", "sig_5ZB6DVzB1wjE8S6rZ7e
 _DEV_DIGEST = hashlib.sha256(DEV_TOKEN.encode()).digest()
 #: No token needed; it says which version of the data file is served (see health).
 HEALTH_PATH = "/healthz"
-#: With --reset (and --writable): puts the token's account back as the server started (see reset).
+#: With --reset (and --writable): puts the token's account back as the server started (TestDouble).
 RESET_PATH = "/qstash-lists/reset"
-#: With --reset: a suite's bad days for the token's account (see BadDays), and what it asked.
+#: With --reset: the faults a suite asks for its token's account, and what it asked (TestDouble).
 FAULTS_PATH = "/qstash-lists/faults"
 REQUESTS_PATH = "/qstash-lists/requests"
-#: The route table, the one place that names the paths: a path ("{name}" is an item's name, one
-#: segment) -> the methods it answers.  GET (and so HEAD) reads; the others write, with --writable.
-ROUTES: Dict[str, Tuple[str, ...]] = {
-    "/v2/topics": ("GET",),
-    "/v2/topics/{name}": ("GET", "DELETE"),
-    "/v2/topics/{name}/endpoints": ("POST", "DELETE"),
-    "/v2/queues": ("GET", "POST"),
-    "/v2/queues/{name}": ("GET", "DELETE"),
-    "/v2/queues/{name}/pause": ("POST",),
-    "/v2/queues/{name}/resume": ("POST",),
-    "/v2/keys": ("GET",),
-    HEALTH_PATH: ("GET",),
-    RESET_PATH: ("POST",),
-    FAULTS_PATH: ("POST", "DELETE"),
-    REQUESTS_PATH: ("GET",),
-}
-#: What each collection answers: the store.Account field, and what one of its items is called.
-FIELDS = {
-    "/v2/topics": ("url_groups", "URL group"),
-    "/v2/queues": ("queues", "queue"),
-    "/v2/keys": ("signing_keys", ""),
-}
 #: One account's lists: no shared cache keeps them; revalidated (RFC 9111, 5.2.2).
 PRIVATE = "private, no-cache"
 NO_STORE = "no-store"  # signing keys (secrets), errors, writes, health: no cache stores them at all
 MAX_BODY = 64 * 1024  # the largest body a write takes (QStash's carry a few hundred bytes)
 MAX_NAME = 200  # the longest name of a queue or URL group a write makes
-#: What a request's environ carries for the request log (PEP 3333: a name of the app's own).
-ACCOUNT_KEY, BODY_KEY = "qstash_lists.account", "qstash_lists.body"
 #: The 503 while no good version of the data file has been loaded (see make_app).
 UNAVAILABLE = (
     "service unavailable: the server's data file cannot be served yet; the server log names the "
-    "fault and its fix, and the file is served as soon as it is good"
+    "problem and its fix, and the file is served as soon as it is good"
 )
 #: The 403 to a request from a web page.
 FROM_A_PAGE = (
@@ -155,10 +133,6 @@ WAITRESS_SETTINGS: Dict[str, Any] = {
     "max_request_header_size": 16 * 1024,  # answered with 431 above this
     "max_request_body_size": MAX_BODY,
 }
-#: The servers whose wsgi.file_wrapper keeps a body by reference until it is read (waitress: no
-#: copy), by the wrapper's module; others read a BytesIO back in 4-8 KB writes, so they get the
-#: bytes whole (benchmark: table).
-BY_REFERENCE = ("waitress.",)
 #: At most this many fields of a query in the access log (names only: a value may be a token).
 LOGGED_QUERY_FIELDS = 8
 SHOWN_NAME = 100  # a name longer than this is cut short where a message repeats it
@@ -170,6 +144,8 @@ ACCESS_LOG_CLOSE_TIMEOUT = 1.0  # how long the access log may take to write its 
 SERVING_STOP_TIMEOUT = 5.0
 SERVING_THREADS = 4
 REQUEST_LOG = 1000  # the requests an account's log keeps; then the oldest goes
+REQUEST_LOG_BYTES = 1 << 20  # ... and the bytes of their paths, queries and bodies
+MAX_FAULTS = 100  # the faults an account may have waiting (each request looks through them)
 MAX_DELAY = 30  # the longest delay a fault may ask for, in seconds (it holds a worker thread)
 MAX_THREADS = 1024  # the most --threads allows (each has a stack; thousands only queue on 2 cores)
 
@@ -179,9 +155,10 @@ access_logger = logging.getLogger("qstash_lists.access")
 
 # ---- Errors: one type, rendered in one place -----------------------------------------------------
 class Answer(NamedTuple):
-    """An answer: as start_response takes it, its body, and why (for the access log only)."""
+    """An answer: its status line and headers as start_response takes them, its body, and why (for
+    the access log only)."""
 
-    status: str  # the status line, such as "200 OK"
+    status_line: str  # such as "200 OK"
     headers: List[Tuple[str, str]]
     body: bytes
     why: Optional[str] = None
@@ -227,9 +204,9 @@ class Unauthorized(HTTPError):
         "qstash_token query parameter"
     )
 
-    def __init__(self, why: str) -> None:
+    def __init__(self, why: str, sent: bool = True) -> None:
         challenge = 'Bearer realm="qstash"'
-        if why != "no credential":
+        if sent:  # a credential came, and it is not one (RFC 6750, 3.1)
             challenge += ', error="invalid_token"'
         super().__init__(None, [("WWW-Authenticate", challenge)], why)
 
@@ -252,26 +229,28 @@ class NotFound(HTTPError):
 
 
 class MethodNotAllowed(HTTPError):
-    """A method the path does not answer (RFC 9110, 15.5.6): with Allow, and what it takes."""
+    """A method the route does not answer (RFC 9110, 15.5.6): Allow names what it answers here,
+    the message what it takes (``methods``, from ROUTES) and how to turn writes on."""
 
     status = HTTPStatus.METHOD_NOT_ALLOWED
 
-    def __init__(self, allowed: Sequence[str], takes: Sequence[str], method: str) -> None:
-        writes = [m for m in takes if m not in allowed]  # what a read-only server does not take
+    def __init__(self, methods: Sequence[str], writable: bool, method: str) -> None:
+        head = ["HEAD"] if "GET" in methods else []  # HEAD where it has GET (RFC 9110, 9.3.2)
+        writes = [] if writable else [m for m in methods if m not in READS]
         if method in writes:
             message = (
                 "method not allowed: this server is read-only; start it with --writable (or "
                 "QSTASH_LISTS_WRITABLE=1) to take QStash's writes of URL groups and queues"
             )
         else:
-            answers = list(takes) + (["HEAD"] if "GET" in takes else [])
-            message = "method not allowed: this path answers %s" % ", ".join(answers)
+            message = "method not allowed: this path answers %s" % ", ".join(list(methods) + head)
             if writes:
                 message += (
                     " (%s: writes, taken once the server is started with --writable, or "
                     "QSTASH_LISTS_WRITABLE=1)" % ", ".join(writes)
                 )
-        super().__init__(message, [("Allow", ", ".join(allowed))])
+        answered = [m for m in methods if m not in writes] + head
+        super().__init__(message, [("Allow", ", ".join(answered))])
 
 
 class Conflict(HTTPError):
@@ -281,7 +260,7 @@ class Conflict(HTTPError):
     why = "file does not load"
     message = (
         "conflict: the data file on the server was edited and does not load; nothing was written; "
-        "the server log names the fault"
+        "the server log names the problem"
     )
 
 
@@ -326,18 +305,26 @@ def _json_answer(
     headers: Sequence[Tuple[str, str]] = (),
     why: Optional[str] = None,
 ) -> Answer:
-    """An answer of its own (an error, a write, the health check): compact JSON, never cached."""
-    body = store.encode(document)
+    """An answer of its own (an error, the health check, a test double's): compact JSON, never
+    cached."""
+    data = store.encode(document)
     own = [
         ("Content-Type", "application/json"),
-        ("Content-Length", str(len(body))),
+        ("Content-Length", str(len(data))),
         ("Cache-Control", NO_STORE),
         ("X-Content-Type-Options", "nosniff"),
     ]
-    return Answer("%d %s" % (status, status.phrase), own + list(headers), body, why)
+    return Answer("%d %s" % (status, status.phrase), own + list(headers), data, why)
 
 
-# ---- Response bodies: encoded once per loaded data file ------------------------------------------
+def _done(why: str) -> Answer:
+    """A write's answer, saying ``why`` in the access log: 200 without content, as QStash's OpenAPI
+    declares every write's (the SDKs parse none; a client that parses it fails here as there)."""
+    headers = [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", "0")]
+    return Answer("200 OK", headers + [("Cache-Control", NO_STORE)], b"", why)
+
+
+# ---- Response bodies: encoded once per version of an account -------------------------------------
 class Body:
     """One response body and the headers of its 200 and 304 answers, built once; its ETag a digest
     of the bytes.  ``cache``: PRIVATE for one account's lists, NO_STORE for signing keys."""
@@ -356,72 +343,26 @@ class Body:
         self.headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
         self.headers += self.not_modified
 
-
-def body(account: store.Account, path: str, name: Optional[str]) -> Optional[Body]:
-    """The body of the collection ``path`` or its item ``name`` (None: no signing keys; else
-    NotFound), made when first asked for and kept in the account (a write makes a new one)."""
-    key, (field, noun) = (path, name), FIELDS[path]
-    if key in account.cache:
-        return typing.cast(Optional[Body], account.cache[key])
-    # The dev token's account gets the published dev keys, unless it has its own.
-    if field == "signing_keys":
-        keys = account.signing_keys or (
-            DEV_SIGNING_KEYS if account.token_sha256 == _DEV_DIGEST else None
-        )
-        found = None
-        if keys is not None:
-            found = Body(store.encode({"current": keys[0], "next": keys[1]}), NO_STORE)
-    elif name is None:
-        found = Body(store.array(getattr(account, field)), PRIVATE)
-    else:
-        item = account.item(field, name)
-        if item is None:
-            raise _no_such(noun, name)
-        found = Body(item.raw, PRIVATE)
-    # Two threads may both make it.
-    return typing.cast(Optional[Body], account.cache.setdefault(key, found))
+    def answer(self, environ: WSGIEnvironment) -> Answer:
+        """200 with the body, or 304 if If-None-Match names its ETag (weak comparison, RFC 9110,
+        13.1.2).  Fresh header lists each time: some servers (wsgiref) add their own to ours."""
+        tags = [tag.strip() for tag in environ.get("HTTP_IF_NONE_MATCH", "").split(",")]
+        if "*" in tags or self.etag in tags or "W/" + self.etag in tags:
+            return Answer("304 Not Modified", list(self.not_modified), b"")
+        return Answer("200 OK", list(self.headers), self.data)
 
 
-# ---- Requests: the route, the credential, a write's body -----------------------------------------
-class Target(NamedTuple):
-    """What a request's path names: its route (a key of ROUTES) and the item's name in it."""
-
-    route: str
-    name: Optional[str] = None
-
-    @property
-    def collection(self) -> str:
-        """The collection the route is in (a key of FIELDS, or HEALTH_PATH)."""
-        return self.route.split("/{")[0]
+def _cached(account: store.Account, key: Any, make: Callable[[], Body]) -> Body:
+    """The body ``key`` of ``account``, made once and kept in it.  Sound because every write makes
+    a new Account (a put-back restores one whose content is equal): a body never outlives what it
+    encodes.  Two threads may both make it; one is kept."""
+    found = account.cache.get(key)
+    if found is None:
+        found = account.cache.setdefault(key, make())
+    return typing.cast(Body, found)
 
 
-def _route(path_info: str) -> Target:
-    """Return what ``path_info`` names (a trailing slash dropped); raise NotFound."""
-    path = path_info[:-1] if path_info.endswith("/") else path_info
-    if path in ROUTES:
-        return Target(path)
-    parts = path.split("/")  # "", "v2", "queues", "<name>"[, "pause"] -- split once, look up twice
-    if len(parts) > 3 and parts[3]:  # a route of its own names each deeper path
-        name, parts[3] = parts[3], "{name}"
-        route = "/".join(parts)
-        if route in ROUTES:
-            return Target(route, _utf8(name))
-    raise NotFound()
-
-
-def _utf8(segment: str) -> str:
-    """A name from the path as it was typed: PEP 3333 gives its bytes as latin-1 characters, which
-    are UTF-8's (RFC 3986, 2.5); BadRequest if they are not UTF-8."""
-    try:
-        raw = segment.encode("latin-1")
-    except UnicodeEncodeError:  # a server that decoded it already (PEP 3333 says not to)
-        return segment
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise BadRequest("bad request: a name in the path is not UTF-8") from None
-
-
+# ---- Requests: the credential, a name, a write's body --------------------------------------------
 def _credential(environ: WSGIEnvironment) -> bytes:
     """The request's one token (its Authorization and qstash_token agree), or Unauthorized."""
     query, header = environ.get("QUERY_STRING"), environ.get("HTTP_AUTHORIZATION")
@@ -432,7 +373,7 @@ def _credential(environ: WSGIEnvironment) -> bytes:
             raise Unauthorized("not a Bearer header")
         tokens.add(_latin1(token.lstrip(" ")))
     if not tokens:
-        raise Unauthorized("no credential")
+        raise Unauthorized("no credential", sent=False)
     if len(tokens) > 1:
         raise Unauthorized("tokens disagree" if b"" not in tokens else "malformed")
     token = tokens.pop()
@@ -461,13 +402,44 @@ def _latin1(text: str) -> bytes:
     return text.encode("latin-1", "backslashreplace")
 
 
-def _matches(header: str, etag: str) -> bool:
-    """Tell whether If-None-Match names ``etag`` (weak comparison, RFC 9110, 13.1.2)."""
-    tags = [tag.strip() for tag in header.split(",")]
-    return "*" in tags or etag in tags or "W/" + etag in tags
+def _host_is_local(host: Optional[str], allowed: Iterable[str]) -> bool:
+    """Tell whether a Host header names this machine as no DNS name can be made to (DNS rebinding):
+    an IP address, localhost or a name under it (RFC 6761), or a name the operator allows; no
+    Host (HTTP/1.0) is no browser's."""
+    name = (host or "localhost").lower()
+    name = name[1 : name.find("]")] if name.startswith("[") else name.partition(":")[0]
+    try:
+        return (
+            name == "localhost"
+            or name.endswith(".localhost")
+            or name in allowed
+            or bool(ipaddress.ip_address(name))
+        )
+    except ValueError:
+        return False
 
 
-def _body(environ: WSGIEnvironment) -> Dict[str, Any]:
+def _utf8(segment: str) -> str:
+    """A name from the path as it was typed: PEP 3333 gives its bytes as latin-1 characters, which
+    are UTF-8's (RFC 3986, 2.5); BadRequest if they are not UTF-8."""
+    try:
+        raw = segment.encode("latin-1")
+    except UnicodeEncodeError:  # a server that decoded it already (PEP 3333 says not to)
+        return segment
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest("bad request: a name in the path is not UTF-8") from None
+
+
+def _queue_name(name: str) -> str:
+    """A queue's name from the path; outside QStash's rule, a 400 as QStash's."""
+    if not store.is_name(name):
+        raise BadRequest("bad request: a queue's name has %s" % store.NAME_RULE)
+    return name
+
+
+def _json_body(environ: WSGIEnvironment) -> Dict[str, Any]:
     """A write's JSON object, whatever its Content-Type (neither SDK sends one); or BadRequest."""
     length = environ.get("CONTENT_LENGTH") or "0"
     if not (length.isascii() and length.isdigit()) or len(length) > 9:
@@ -477,25 +449,26 @@ def _body(environ: WSGIEnvironment) -> Dict[str, Any]:
     raw = environ["wsgi.input"].read(int(length)) if int(length) else b""
     try:
         # UTF-8 itself: json.loads would take UTF-16, UTF-32 and a byte-order mark, as no SDK sends.
-        body = json.loads(raw.decode("utf-8"), object_pairs_hook=store.unique_keys)
+        document = json.loads(raw.decode("utf-8"), object_pairs_hook=store.unique_keys)
     except store.DataError as exc:  # a key given twice: which one was meant is anyone's guess
         raise BadRequest("bad request: %s" % exc) from None
     except (ValueError, RecursionError):
         raise BadRequest("bad request: the body is not UTF-8 JSON") from None
-    if type(body) is not dict:
+    if type(document) is not dict:
         raise BadRequest("bad request: the body is not a JSON object")
-    environ[BODY_KEY] = body  # for the request log
-    return body
+    return document
 
 
-def _field(body: Dict[str, Any], key: str, good: Callable[[Any], bool], expected: str) -> Any:
-    """``body[key]`` if it is ``good``, else BadRequest naming the field and what it takes."""
-    value = body.get(key)
+def _field(document: Dict[str, Any], key: str, good: Callable[[Any], bool], expected: str) -> Any:
+    """``document[key]`` if it is ``good``, else BadRequest naming the field and what it takes."""
+    value = document.get(key)
     if good(value):
         return value
     shown = json.dumps(value, ensure_ascii=False)  # as written; NaN as NaN
     # As written (NaN as NaN), escaped where it is not printable (a lone surrogate).
-    got = (shown if shown.isprintable() else json.dumps(value))[:60] if key in body else "nothing"
+    got = (
+        (shown if shown.isprintable() else json.dumps(value))[:60] if key in document else "nothing"
+    )
     raise BadRequest("bad request: %s: expected %s, got %s" % (key, expected, got))
 
 
@@ -503,10 +476,13 @@ def _field(body: Dict[str, Any], key: str, good: Callable[[Any], bool], expected
 _ENDPOINT_RULES = {"url": store.is_http_url, "name": store.is_text}
 
 
-def _endpoints(body: Dict[str, Any], adding: bool) -> List[Any]:
+def _endpoints(document: Dict[str, Any], adding: bool) -> List[Any]:
     """A write's ``endpoints``: each with an http(s) url to add; a url or a name to remove."""
     found = _field(
-        body, "endpoints", lambda v: type(v) is list and v != [], "a non-empty array of endpoints"
+        document,
+        "endpoints",
+        lambda v: type(v) is list and v != [],
+        "a non-empty array of endpoints",
     )
     endpoints: List[Any] = []
     for i, value in enumerate(found):
@@ -526,28 +502,315 @@ def _endpoints(body: Dict[str, Any], adding: bool) -> List[Any]:
     return endpoints
 
 
-def _host_is_local(host: Optional[str], allowed: Iterable[str]) -> bool:
-    """Tell whether a Host header names this machine as no DNS name can be made to (DNS rebinding):
-    an IP address, localhost or a name under it (RFC 6761), or a name the operator allows; no
-    Host (HTTP/1.0) is no browser's."""
-    name = (host or "localhost").lower()
-    name = name[1 : name.find("]")] if name.startswith("[") else name.partition(":")[0]
-    try:
-        return (
-            name == "localhost"
-            or name.endswith(".localhost")
-            or name in allowed
-            or bool(ipaddress.ip_address(name))
+# ---- Handlers: one a route and method ------------------------------------------------------------
+class Asked(NamedTuple):
+    """A request that passed the gates, as a handler takes it."""
+
+    environ: WSGIEnvironment
+    source: store.DataFile
+    account: store.Account  # the token's, in the newest version
+    name: Optional[str]  # the item's name in the path (routes with {name})
+
+
+Handler = Callable[[Asked], Answer]
+
+
+def get_url_groups(asked: Asked) -> Answer:
+    """GET /v2/topics: the account's URL groups."""
+    groups = asked.account.url_groups
+    return _cached(asked.account, "url_groups", lambda: Body(store.array(groups), PRIVATE)).answer(
+        asked.environ
+    )
+
+
+def get_url_group(asked: Asked) -> Answer:
+    """GET /v2/topics/{name}: one URL group (a name outside the rule: there is none, a 404)."""
+    group = asked.account.url_groups.get(asked.name or "")
+    if group is None:
+        raise _no_such("URL group", asked.name or "")
+    key = ("url_groups", asked.name)
+    return _cached(asked.account, key, lambda: Body(group.raw, PRIVATE)).answer(asked.environ)
+
+
+def get_queues(asked: Asked) -> Answer:
+    """GET /v2/queues: the account's queues."""
+    queues = asked.account.queues
+    return _cached(asked.account, "queues", lambda: Body(store.array(queues), PRIVATE)).answer(
+        asked.environ
+    )
+
+
+def get_queue(asked: Asked) -> Answer:
+    """GET /v2/queues/{name}: one queue."""
+    queue = asked.account.queues.get(_queue_name(asked.name or ""))
+    if queue is None:
+        raise _no_such("queue", asked.name or "")
+    key = ("queues", asked.name)
+    return _cached(asked.account, key, lambda: Body(queue.raw, PRIVATE)).answer(asked.environ)
+
+
+def get_signing_keys(asked: Asked) -> Answer:
+    """GET /v2/keys: the account's signing keys; the dev token's account, the published dev keys
+    unless it has its own."""
+    keys = asked.account.signing_keys
+    if keys is None and asked.account.token_sha256 == _DEV_DIGEST:
+        keys = DEV_SIGNING_KEYS
+    if keys is None:
+        raise NotFound(
+            "not found: the data file gives this account no signing keys (its signingKeys)",
+            why="no signing keys",
         )
-    except ValueError:
-        return False
+    document = {"current": keys[0], "next": keys[1]}
+    found = _cached(asked.account, "signing_keys", lambda: Body(store.encode(document), NO_STORE))
+    return found.answer(asked.environ)
 
 
-# ---- Bad days: faults and a request log that a suite asks for -----------------------------------
+def upsert_queue(asked: Asked) -> Answer:
+    """POST /v2/queues: create a queue, or update what the body gives of it."""
+    document = _json_body(asked.environ)
+    name = _field(
+        document,
+        "queueName",
+        lambda v: store.is_name(v) and len(v) <= MAX_NAME,
+        "a name of %s, at most %d characters" % (store.NAME_RULE, MAX_NAME),
+    )
+    parallelism = _field(
+        document,
+        "parallelism",
+        lambda v: v is None or (store.is_whole(v) and v >= 1),
+        "a whole number from 1 to 2**53 - 1 (1 if left out)",
+    )
+    paused = _field(document, "paused", lambda v: v is None or type(v) is bool, "true or false")
+    return save(
+        asked,
+        "queue",
+        lambda account, now: store.upsert_queue(account, now, name, parallelism, paused),
+    )
+
+
+def pause_queue(asked: Asked) -> Answer:
+    """POST /v2/queues/{name}/pause."""
+    name = _queue_name(asked.name or "")
+    return save(asked, "queue", lambda account, now: store.pause_queue(account, now, name, True))
+
+
+def resume_queue(asked: Asked) -> Answer:
+    """POST /v2/queues/{name}/resume."""
+    name = _queue_name(asked.name or "")
+    return save(asked, "queue", lambda account, now: store.pause_queue(account, now, name, False))
+
+
+def delete_queue(asked: Asked) -> Answer:
+    """DELETE /v2/queues/{name}."""
+    name = _queue_name(asked.name or "")
+    return save(asked, "queue", lambda account, now: store.delete_queue(account, now, name))
+
+
+def delete_url_group(asked: Asked) -> Answer:
+    """DELETE /v2/topics/{name} (a name outside the rule: there is none)."""
+    name = asked.name or ""
+    return save(asked, "URL group", lambda account, now: store.delete_url_group(account, now, name))
+
+
+def add_endpoints(asked: Asked) -> Answer:
+    """POST /v2/topics/{name}/endpoints: add endpoints, creating the URL group."""
+    name = asked.name or ""
+    if not store.is_name(name):  # it would make one
+        raise BadRequest("bad request: a URL group's name has %s" % store.NAME_RULE)
+    if len(name) > MAX_NAME:
+        raise BadRequest("bad request: a URL group's name is at most %d characters" % MAX_NAME)
+    endpoints = _endpoints(_json_body(asked.environ), True)
+    return save(
+        asked,
+        "URL group",
+        lambda account, now: store.add_endpoints(account, now, name, endpoints),
+    )
+
+
+def remove_endpoints(asked: Asked) -> Answer:
+    """DELETE /v2/topics/{name}/endpoints: remove endpoints; an emptied URL group goes."""
+    name = asked.name or ""
+    gone = _endpoints(_json_body(asked.environ), False)
+    return save(
+        asked, "URL group", lambda account, now: store.remove_endpoints(account, now, name, gone)
+    )
+
+
+def save(asked: Asked, noun: str, edit: store.Edit) -> Answer:
+    """Make ``edit`` to the token's account and write the file: 200 once it is on disk; each of
+    store's refusals as its status (``noun``: what the path's name is, for a 404)."""
+    try:
+        return _done(asked.source.update(asked.account.token_sha256, edit))
+    except store.NoSuchAccount:  # the file changed since the credential was checked
+        raise Unauthorized("account gone") from None
+    except store.NoSuchItem:
+        raise _no_such(noun, asked.name or "") from None
+    except store.DataError as exc:
+        raise _refused(exc) from None
+
+
+def _refused(exc: store.DataError) -> HTTPError:
+    """The answer to a write the store refused, each kind named; the reason is logged (the answer
+    does not name the file)."""
+    logger.error("%s", exc.faults[0] if exc.faults else exc)  # it says nothing was written
+    if isinstance(exc, store.Unloadable):
+        return Conflict()
+    if isinstance(exc, store.TooLarge):
+        return InsufficientStorage()
+    if isinstance(exc, store.Busy):  # the lock not had in time: try again
+        return ServiceUnavailable()
+    return ServiceUnavailable()  # any other: unwritable, or the file kept changing
+
+
+def health(status: store.Status) -> Answer:
+    """Answer the health check: 200 while a version is served (else 503), its SHA-256, staleness."""
+    document = {
+        "status": "ok" if status.version is not None else "unavailable",
+        "version": status.version,
+        "loadedAt": None if status.loaded_at is None else _utc(status.loaded_at),
+        "stale": status.failed_at is not None,
+        "failedAt": None if status.failed_at is None else _utc(status.failed_at),
+    }
+    if status.version is None:
+        return _json_answer(HTTPStatus.SERVICE_UNAVAILABLE, document, [("Retry-After", "1")])
+    return _json_answer(HTTPStatus.OK, document)
+
+
+# ---- The route table -----------------------------------------------------------------------------
+#: Which handler answers which method of which route, as Go 1.22's ServeMux keys them: "{name}" is
+#: one path segment, an item's name; HEAD is GET without the body (RFC 9110, 9.3.2).  READS are
+#: answered always; every other method writes, and is answered with --writable only (else 405).
+ROUTES: Dict[Tuple[str, str], Handler] = {
+    ("GET", "/v2/topics"): get_url_groups,
+    ("GET", "/v2/topics/{name}"): get_url_group,
+    ("DELETE", "/v2/topics/{name}"): delete_url_group,
+    ("POST", "/v2/topics/{name}/endpoints"): add_endpoints,
+    ("DELETE", "/v2/topics/{name}/endpoints"): remove_endpoints,
+    ("GET", "/v2/queues"): get_queues,
+    ("POST", "/v2/queues"): upsert_queue,
+    ("GET", "/v2/queues/{name}"): get_queue,
+    ("DELETE", "/v2/queues/{name}"): delete_queue,
+    ("POST", "/v2/queues/{name}/pause"): pause_queue,
+    ("POST", "/v2/queues/{name}/resume"): resume_queue,
+    ("GET", "/v2/keys"): get_signing_keys,
+    ("GET", HEALTH_PATH): typing.cast(Handler, health),  # no token: Service answers it so
+}
+READS = ("GET", "HEAD")
+#: Each route's methods, in the table's order (a 405 names them).
+METHODS: Dict[str, Tuple[str, ...]] = {}
+for _method, _route in ROUTES:
+    METHODS[_route] = METHODS.get(_route, ()) + (_method,)
+
+
+def match(method: str, path_info: str, writable: bool) -> Tuple[Handler, Optional[str]]:
+    """The handler of ``method`` on ``path_info`` (a trailing slash dropped), and the item's name
+    in it; NotFound, or MethodNotAllowed."""
+    route = path_info[:-1] if path_info.endswith("/") else path_info
+    name = None
+    if route not in METHODS:
+        parts = route.split("/")  # "", "v2", "queues", "<name>"[, "pause"]: the name is parts[3]
+        if len(parts) > 3 and parts[3]:
+            name, parts[3] = parts[3], "{name}"
+            route = "/".join(parts)
+        if route in (RESET_PATH, FAULTS_PATH, REQUESTS_PATH):  # a TestDouble's, not here
+            started = "once the server is started with --reset (QSTASH_LISTS_RESET=1)"
+            raise NotFound("not found: %s answers %s" % (route, started))
+        if route not in METHODS:
+            raise NotFound()
+    handler = ROUTES.get(("GET" if method == "HEAD" else method, route))
+    if handler is None or not (writable or method in READS):
+        raise MethodNotAllowed(METHODS[route], writable, method)
+    return handler, None if name is None else _utf8(name)
+
+
+# ---- The service: the WSGI callable --------------------------------------------------------------
+def _from_a_web_page(environ: WSGIEnvironment) -> bool:
+    """Tell whether a web page sent the request: it has an Origin, or says it comes from a site."""
+    site = environ.get("HTTP_SEC_FETCH_SITE")
+    return environ.get("HTTP_ORIGIN") is not None or site in ("cross-site", "same-site")
+
+
+class Service:
+    """The WSGI callable that serves (and, if writable, writes) ``source``: each request is
+    refused if a web page sent it, matched in ROUTES, its token's account found, then answered by
+    the route's handler.  ``access_log``: each request to the ``qstash_lists.access`` logger;
+    ``allowed_hosts``: see SETTINGS."""
+
+    def __init__(
+        self, source: store.DataFile, access_log: bool = True, allowed_hosts: Iterable[str] = ()
+    ) -> None:
+        self.source = source
+        self.access_log = access_log
+        self.allowed_hosts = frozenset(host.lower() for host in allowed_hosts)
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        started = time.perf_counter()
+        exc_info = None
+        try:
+            if _from_a_web_page(environ):  # whatever it asks: this server has no CORS
+                raise Forbidden(FROM_A_PAGE, why="from a web page")
+            method, path = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", "")
+            handler, name = match(method, path, self.source.writable)
+            if handler is health:  # the one route without a token
+                answer = health(self.source.status())
+            else:
+                answer = handler(Asked(environ, self.source, self.account(environ), name))
+        except HTTPError as error:
+            answer = error.render()
+        except Exception:
+            logger.exception("error while answering %s", _request_line(environ))
+            answer, exc_info = HTTPError().render(), sys.exc_info()
+        return self.send(environ, start_response, answer, started, exc_info)
+
+    def account(self, environ: WSGIEnvironment) -> store.Account:
+        """The account of the request's token in the newest version, or the HTTPError that says
+        why not."""
+        token = _credential(environ)
+        loaded = self.source.current()
+        if loaded is None:
+            raise ServiceUnavailable(UNAVAILABLE, why="no good data file yet")
+        account = loaded.by_digest.get(
+            hashlib.sha256(token).digest()
+        )  # timing tells a probe nothing
+        if account is None:
+            raise Unauthorized("unknown token")
+        if account.token_sha256 == _DEV_DIGEST:
+            if not _host_is_local(environ.get("HTTP_HOST"), self.allowed_hosts):
+                raise Forbidden(DEV_TOKEN_HOST, why="dev token, Host not local")
+        return account
+
+    def send(
+        self,
+        environ: WSGIEnvironment,
+        start_response: StartResponse,
+        answer: Answer,
+        started: float,
+        exc_info: Any = None,
+    ) -> Iterable[bytes]:
+        """Start ``answer`` (HEAD: the same headers, errors included, never a body, RFC 9110,
+        9.3.2), log it, and return its body as PEP 3333 takes it."""
+        start_response(answer.status_line, answer.headers, exc_info)
+        data = b"" if environ.get("REQUEST_METHOD") == "HEAD" else answer.body
+        if self.access_log and access_logger.isEnabledFor(logging.INFO):
+            ms = (time.perf_counter() - started) * 1000
+            access_logger.info("%s", AccessLine(environ, answer, len(data), ms))
+        return _body_iterable(environ, data)
+
+
+def create_app(
+    source: store.DataFile, access_log: bool = True, allowed_hosts: Iterable[str] = ()
+) -> Service:
+    """Return the WSGI callable that serves (and, if writable, writes) ``source`` (see Service)."""
+    return Service(source, access_log, allowed_hosts)
+
+
+# ---- The test double: a suite's reset, faults and request log, around the service ---------------
 class Fault(NamedTuple):
     """What the next ``times`` requests of an account of ``method`` (None: any) and ``path`` meet:
-    a ``delay``, then no answer (``drop``) or ``status`` (429: with QStash's rate-limit headers of
-    ``limit``, ``remaining`` and ``reset``, the daily limit's if ``daily``)."""
+    a ``delay``, then no answer (``drop``: under waitress; another server cannot close a
+    connection unanswered, so it answers 500, and the request log says so) or ``status`` (429:
+    with QStash's rate-limit headers of ``limit``, ``remaining`` and ``reset``, the daily limit's
+    if ``daily``)."""
 
     status: Optional[int] = None
     times: int = 1
@@ -577,32 +840,67 @@ FAULT_KEYS: Dict[str, Tuple[Callable[[Any], bool], str]] = {
 }
 
 
-def _fault(body: Dict[str, Any]) -> Fault:
+def _fault(document: Dict[str, Any]) -> Fault:
     """The fault a POST to FAULTS_PATH asks for; BadRequest for a bad one."""
-    for key in body:
+    for key in document:
         if key not in FAULT_KEYS:
             known = ", ".join(FAULT_KEYS)
             raise BadRequest("bad request: %s: not a fault's (%s)" % (json.dumps(key)[:60], known))
-        _field(body, key, *FAULT_KEYS[key])
-    fault = Fault(**body)
+        _field(document, key, *FAULT_KEYS[key])
+    fault = Fault(**document)
     if fault.status is None and not (fault.drop or fault.delay):
         raise BadRequest("bad request: a fault needs a status, a delay or drop")
     return fault
 
 
-class Dropped(Exception):
-    """A request that a fault answers with no answer at all: its connection is closed."""
+def _fault_error(fault: Fault) -> HTTPError:
+    """The error answer of a fault's ``status`` (429: with QStash's rate-limit headers)."""
+    headers = []
+    if fault.status == HTTPStatus.TOO_MANY_REQUESTS:
+        now = int(time.time())
+        prefix, limit, reset = "Burst-RateLimit-", 100, now + 1
+        if fault.daily:
+            prefix, limit, reset = "RateLimit-", 500, (now // 86400 + 1) * 86400
+        headers = [
+            (prefix + "Limit", str(limit if fault.limit is None else fault.limit)),
+            (prefix + "Remaining", str(fault.remaining)),
+            (prefix + "Reset", str(reset if fault.reset is None else fault.reset)),
+        ]
+    status = HTTPStatus(fault.status or HTTPStatus.INTERNAL_SERVER_ERROR)
+    error = HTTPError(
+        "%s: a fault this suite asked for (%s)" % (status.value, FAULTS_PATH), headers
+    )
+    error.status, error.why = status, "a fault"
+    return error
 
 
-class BadDays:
-    """The faults asked for, and the requests answered, of each account (by its token's digest) in
-    this process: what FAULTS_PATH and REQUESTS_PATH answer; a reset clears both.  Its lock
-    (``_lock``) guards ``_faults`` and ``_log``, and is held for no I/O."""
+class LogEntry(NamedTuple):
+    """A request in an account's request log, and its size as the log counts it."""
 
-    def __init__(self) -> None:
+    document: Dict[str, Any]
+    size: int
+
+
+class TestDouble:
+    """A suite's test double, a WSGI middleware around a Service: ``POST RESET_PATH`` puts the
+    token's account back as the server started; FAULTS_PATH takes the faults its next requests
+    meet; REQUESTS_PATH answers what it asked.  Every other request goes to the service (a fault
+    first), and is logged with the status its client saw.
+
+    One account cannot starve another: it keeps at most MAX_FAULTS faults, and its log at most
+    REQUEST_LOG entries and REQUEST_LOG_BYTES; at most ``delays`` requests (of all accounts) wait
+    out a delay at once, so the other workers stay free: a delay past them is not waited (its
+    request is answered at once, its fault's status or the service's).  HEALTH_PATH never meets
+    the double.  ``_lock`` guards ``_faults`` and ``_log``, and is held for no I/O."""
+
+    __test__ = False  # not a pytest class, whatever its name
+
+    def __init__(self, service: Service, delays: int = SERVING_THREADS // 2) -> None:
+        self.service = service
         self._lock = threading.Lock()
-        self._faults: Dict[bytes, List[Fault]] = collections.defaultdict(list)
-        self._log: Dict[bytes, collections.deque[Dict[str, Any]]] = {}
+        self._faults: Dict[bytes, List[Fault]] = {}
+        self._log: Dict[bytes, Tuple[collections.deque[LogEntry], List[int]]] = {}
+        self._delays = threading.BoundedSemaphore(max(1, delays))
 
     def clear(self, digest: Optional[bytes] = None, log: bool = True) -> None:
         """Forget the faults of the account ``digest`` (None: of all), and its log if ``log``."""
@@ -613,7 +911,90 @@ class BadDays:
                 else:
                     table.pop(digest, None)
 
-    def take(self, digest: bytes, method: str, path: str) -> Optional[Fault]:
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        route = path[:-1] if path.endswith("/") else path
+        started = time.perf_counter()
+        try:
+            if route in DOUBLE_ROUTES:
+                answer = self._answer(environ, route)
+                return self.service.send(environ, start_response, answer, started)
+            if route == HEALTH_PATH or _from_a_web_page(environ):
+                return self.service(environ, start_response)
+            digest = self.service.account(environ).token_sha256
+        except HTTPError as error:
+            if route in DOUBLE_ROUTES:
+                return self.service.send(environ, start_response, error.render(), started)
+            return self.service(environ, start_response)  # it answers as without the double
+        return self._pass(environ, start_response, digest, started)
+
+    def _answer(self, environ: WSGIEnvironment, path: str) -> Answer:
+        """Answer the double's own route ``path`` (a key of DOUBLE_ROUTES)."""
+        if _from_a_web_page(environ):
+            raise Forbidden(FROM_A_PAGE, why="from a web page")
+        method, methods = environ.get("REQUEST_METHOD", ""), DOUBLE_ROUTES[path]
+        writable = self.service.source.writable or path != RESET_PATH  # the reset writes
+        if method not in methods or not writable:
+            raise MethodNotAllowed(methods, writable, method)
+        account = self.service.account(environ)
+        digest = account.token_sha256
+        if path == RESET_PATH:  # the account as the server started: a test's fresh state
+            source = self.service.source
+            answer = save(
+                Asked(environ, source, account, None),
+                "account",
+                lambda account, now: store.put_back(account, now, source.first),
+            )
+            self.clear(digest)  # once the account is put back
+            return answer
+        if path == REQUESTS_PATH:
+            with self._lock:
+                entries = [entry.document for entry in self._log.get(digest, ((), []))[0]]
+            return _json_answer(HTTPStatus.OK, entries)
+        if method == "DELETE":
+            self.clear(digest, log=False)
+            return _done("faults cleared")
+        fault = _fault(_json_body(environ))
+        with self._lock:
+            faults = self._faults.setdefault(digest, [])
+            if len(faults) >= MAX_FAULTS:
+                raise BadRequest(
+                    "bad request: an account has at most %d faults; DELETE %s clears them"
+                    % (MAX_FAULTS, FAULTS_PATH)
+                )
+            faults.append(fault)
+        return _done("fault added")
+
+    def _pass(
+        self, environ: WSGIEnvironment, start_response: StartResponse, digest: bytes, started: float
+    ) -> Iterable[bytes]:
+        """Have a request of the account ``digest`` meet its fault, if one matches, or the service;
+        log what its client saw."""
+        logged = _logged_body(environ)
+        fault = self._take(digest, environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", ""))
+        if fault is not None and fault.delay and self._delays.acquire(blocking=False):
+            try:
+                time.sleep(fault.delay)
+            finally:
+                self._delays.release()
+        if fault is not None and fault.drop and _by_waitress(environ):
+            self._note(digest, environ, logged, None)
+            raise _drop_connection()
+        if fault is not None and (fault.drop or fault.status is not None):
+            error = _fault_error(fault)  # a drop another server cannot make: a 500 (see Fault)
+            self._note(digest, environ, logged, error.status.value)
+            return self.service.send(environ, start_response, error.render(), started)
+        seen: List[int] = []
+
+        def start(status_line: str, headers: Any, exc_info: Any = None) -> Any:
+            seen.append(int(status_line[:3]))
+            return start_response(status_line, headers, exc_info)
+
+        body = self.service(environ, start)
+        self._note(digest, environ, logged, seen[-1] if seen else None)
+        return body
+
+    def _take(self, digest: bytes, method: str, path: str) -> Optional[Fault]:
         """The account's first fault that the request matches, used once."""
         with self._lock:
             faults = self._faults.get(digest, [])
@@ -625,405 +1006,80 @@ class BadDays:
                     return fault
         return None
 
-    def note(self, environ: WSGIEnvironment, status: Optional[int]) -> None:
+    def _note(
+        self, digest: bytes, environ: WSGIEnvironment, body: LoggedBody, status: Optional[int]
+    ) -> None:
         """Log a request of an account (``status`` None: dropped): no header, no query value."""
-        digest, query = environ.get(ACCOUNT_KEY), environ.get("QUERY_STRING", "")
-        if digest is None:  # no account: nothing to log
-            return
-        if BODY_KEY not in environ:  # a fault came before the write read it
-            with contextlib.suppress(HTTPError):
-                _body(environ)
-        entry = {
+        query = environ.get("QUERY_STRING", "")
+        document = {
             "method": environ.get("REQUEST_METHOD"),
             "path": _latin1(environ.get("PATH_INFO", "")).decode("utf-8", "replace"),
             "query": sorted({field.partition("=")[0] for field in query.split("&") if field}),
-            "body": environ.get(BODY_KEY),
+            "body": body.document,
             "status": status,
         }
+        size = len(document["path"]) + len(query) + body.size
+        entry = LogEntry(document, size)
         with self._lock:
-            self._log.setdefault(digest, collections.deque(maxlen=REQUEST_LOG)).append(entry)
-
-    def answer(self, environ: WSGIEnvironment, digest: bytes, route: str) -> Answer:
-        """Answer FAULTS_PATH (add; DELETE: clear) or REQUESTS_PATH for the account ``digest``."""
-        if route == REQUESTS_PATH:
-            with self._lock:
-                log = list(self._log.get(digest, ()))
-            return _json_answer(HTTPStatus.OK, log)
-        if environ.get("REQUEST_METHOD") == "DELETE":
-            self.clear(digest, log=False)
-            return _written("faults cleared")
-        fault = _fault(_body(environ))
-        with self._lock:
-            self._faults[digest].append(fault)
-        return _written("fault added")
+            entries, size = self._log.setdefault(digest, (collections.deque(), [0]))
+            entries.append(entry)
+            size[0] += entry.size
+            while len(entries) > REQUEST_LOG or size[0] > REQUEST_LOG_BYTES:
+                size[0] -= entries.popleft().size
 
 
-def _meet(fault: Fault, days: BadDays, environ: WSGIEnvironment) -> None:
-    """Wait a fault's delay, then drop the request (noted in ``days``) or answer its status."""
-    time.sleep(fault.delay)
-    if fault.drop:
-        days.note(environ, None)
-        raise Dropped()
-    if fault.status is None:
-        return
-    headers = []
-    if fault.status == HTTPStatus.TOO_MANY_REQUESTS:  # QStash's rate-limit headers
-        now = int(time.time())
-        prefix, limit, reset = "Burst-RateLimit-", 100, now + 1
-        if fault.daily:
-            prefix, limit, reset = "RateLimit-", 500, (now // 86400 + 1) * 86400
-        headers = [
-            (prefix + "Limit", str(limit if fault.limit is None else fault.limit)),
-            (prefix + "Remaining", str(fault.remaining)),
-            (prefix + "Reset", str(reset if fault.reset is None else fault.reset)),
-        ]
-    error = HTTPError(
-        "%s: a fault this suite asked for (%s)" % (fault.status, FAULTS_PATH), headers
-    )
-    error.status, error.why = HTTPStatus(fault.status), "a fault"
-    raise error
+class LoggedBody(NamedTuple):
+    """A write's body as the request log keeps it: its JSON object (None: none, or not one), and
+    the bytes it came in."""
+
+    document: Optional[Dict[str, Any]]
+    size: int
 
 
-# ---- The WSGI app --------------------------------------------------------------------------------
-def respond(
-    environ: WSGIEnvironment,
-    source: store.DataFile,
-    allowed_hosts: Iterable[str] = (),
-    days: Optional[BadDays] = None,
-) -> Answer:
-    """Answer one request: a web page's refused; the route, the method, the health check; the
-    name, the credential, then (with ``days``: a suite's) the reset, the bad days asked for or a
-    fault; the read or the write."""
-    _refuse_web_pages(environ)
-    target = _route(environ.get("PATH_INFO", ""))
-    method = environ.get("REQUEST_METHOD", "")
-    allowed = _ALLOWED[target.route, source.writable]
-    if method not in allowed:
-        raise MethodNotAllowed(allowed, ROUTES[target.route], method)
-    if target.route == HEALTH_PATH:
-        return health(source.status())
-    suites = target.route in (RESET_PATH, FAULTS_PATH, REQUESTS_PATH)
-    if suites and days is None:
-        started = "once the server is started with --reset (QSTASH_LISTS_RESET=1)"
-        raise NotFound("not found: %s answers %s" % (target.route, started))
-    _check_name(target, method)
-    account = _account(environ, source, allowed_hosts)
-    if days is not None:
-        if target.route == RESET_PATH:
-            answer = write(environ, source, account, target)
-            days.clear(account.token_sha256)  # once the account is put back
-            return answer
-        if suites:
-            return days.answer(environ, account.token_sha256, target.route)
-        environ[ACCOUNT_KEY] = account.token_sha256  # for the request log
-        path = target.route.replace("{name}", target.name or "")
-        fault = days.take(account.token_sha256, method, path)
-        if fault is not None:
-            _meet(fault, days, environ)
-    if method in ("GET", "HEAD"):
-        return read(environ, account, target)
-    return write(environ, source, account, target)
-
-
-def _refuse_web_pages(environ: WSGIEnvironment) -> None:
-    """Refuse a request that a web page sent (it has an Origin, or says it comes from a site)."""
-    site = environ.get("HTTP_SEC_FETCH_SITE")
-    if environ.get("HTTP_ORIGIN") is not None or site in ("cross-site", "same-site"):
-        raise Forbidden(FROM_A_PAGE, why="from a web page")
-
-
-def _check_name(target: Target, method: str) -> None:
-    """A queue's name outside QStash's rule is a 400, as QStash's; a URL group's is one that is not
-    there (a 404, from the read), unless a write would create it."""
-    if target.name is None or store.is_name(target.name):
-        return
-    if target.collection == "/v2/queues" or method == "POST":
-        noun = FIELDS[target.collection][1]
-        raise BadRequest("bad request: a %s's name has %s" % (noun, store.NAME_RULE))
-
-
-def _account(
-    environ: WSGIEnvironment, source: store.DataFile, allowed_hosts: Iterable[str]
-) -> store.Account:
-    """The account of the request's token, in the newest version; or the error that says why not."""
-    token = _credential(environ)
-    loaded = source.current()
-    if loaded is None:
-        raise ServiceUnavailable(UNAVAILABLE, why="no good data file yet")
-    account = loaded.find(token)
-    if account is None:
-        raise Unauthorized("unknown token")
-    if account.token_sha256 == _DEV_DIGEST:
-        if not _host_is_local(environ.get("HTTP_HOST"), allowed_hosts):
-            raise Forbidden(DEV_TOKEN_HOST, why="dev token, Host not local")
-    return account
-
-
-def read(environ: WSGIEnvironment, account: store.Account, target: Target) -> Answer:
-    """Answer a GET (or HEAD) of a collection or an item: 200, or 304 if the client has it."""
-    found = body(account, target.collection, target.name)
-    if found is None:
-        raise NotFound(
-            "not found: the data file gives this account no signing keys (its signingKeys)",
-            why="no signing keys",
-        )
-    # Fresh lists each time: some servers (wsgiref) add their own headers to ours.
-    if_none_match = environ.get("HTTP_IF_NONE_MATCH")
-    if if_none_match and _matches(if_none_match, found.etag):
-        return Answer("304 Not Modified", list(found.not_modified), b"")
-    return Answer("200 OK", list(found.headers), found.data)
-
-
-#: The methods each route answers, read-only or writable: HEAD where it has GET (RFC 9110, 9.3.2).
-_ALLOWED = {
-    (route, writable): tuple(m for m in methods if writable or m == "GET")
-    + (("HEAD",) if "GET" in methods else ())
-    for route, methods in ROUTES.items()
-    for writable in (False, True)
-}
-
-
-class ItemChange(NamedTuple):
-    """A write's change to one item, as store.DataFile.update takes it."""
-
-    name: str  # the item's
-    make: Callable[..., Tuple[Optional[store.Item], str]]  # one of store's changes
-    args: Tuple[Any, ...]  # what it takes after the item and the time
-
-
-def change(environ: WSGIEnvironment, target: Target) -> ItemChange:
-    """The change that a write asks for, from its route and body; BadRequest for a bad one."""
-    name = target.name or ""
-    if target.route == "/v2/queues":
-        return _upsert(_body(environ))
-    if target.route.endswith("/endpoints") and environ.get("REQUEST_METHOD") == "POST":
-        if len(name) > MAX_NAME:
-            raise BadRequest("bad request: a URL group's name is at most %d characters" % MAX_NAME)
-        return ItemChange(name, store.add_endpoints, (name, _endpoints(_body(environ), True)))
-    if target.route.endswith("/endpoints"):
-        return ItemChange(name, store.remove_endpoints, (_endpoints(_body(environ), False),))
-    if target.route.endswith("/pause"):
-        return ItemChange(name, store.pause_queue, (True,))
-    if target.route.endswith("/resume"):
-        return ItemChange(name, store.pause_queue, (False,))
-    return ItemChange(name, store.delete_item, ())
-
-
-def _upsert(body: Dict[str, Any]) -> ItemChange:
-    """The change of a queue's upsert (``queueName``, ``parallelism``, ``paused``)."""
-    name = _field(
-        body,
-        "queueName",
-        lambda v: store.is_name(v) and len(v) <= MAX_NAME,
-        "a name of %s, at most %d characters" % (store.NAME_RULE, MAX_NAME),
-    )
-    parallelism = _field(
-        body,
-        "parallelism",
-        lambda v: v is None or (store.is_whole(v) and v >= 1),
-        "a whole number from 1 to 2**53 - 1 (1 if left out)",
-    )
-    paused = _field(body, "paused", lambda v: v is None or type(v) is bool, "true or false")
-    return ItemChange(name, store.upsert_queue, (name, parallelism, paused))
-
-
-def _written(why: str) -> Answer:
-    """A write's answer, saying ``why`` in the access log: 200 without content, as QStash's OpenAPI
-    declares every write's (the SDKs parse none; a client that parses it fails here as there)."""
-    headers = [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", "0")]
-    return Answer("200 OK", headers + [("Cache-Control", NO_STORE)], b"", why)
-
-
-def write(
-    environ: WSGIEnvironment, source: store.DataFile, account: store.Account, target: Target
-) -> Answer:
-    """Make a QStash write, or the reset, to the token's account: 200 once it is on disk."""
-    digest = account.token_sha256
-    if target.route == RESET_PATH:  # the account as the server started: a test's fresh state
-        save = partial(source.restore, digest)
-    else:
-        asked = change(environ, target)
-        field = FIELDS[target.collection][0]
-        save = partial(source.update, digest, field, asked.name, asked.make, *asked.args)
+def _logged_body(environ: WSGIEnvironment) -> LoggedBody:
+    """A write's body for the request log, read here and given back to the service as it came;
+    a read's body is never read, nor one the service refuses unread (over MAX_BODY)."""
+    length = environ.get("CONTENT_LENGTH") or "0"
+    if environ.get("REQUEST_METHOD") in READS or not (length.isascii() and length.isdigit()):
+        return LoggedBody(None, 0)
+    if not 0 < int(length) <= MAX_BODY:
+        return LoggedBody(None, 0)
+    raw = environ["wsgi.input"].read(int(length))
+    environ["wsgi.input"] = io.BytesIO(raw)
     try:
-        return _written(save())
-    except KeyError:
-        raise Unauthorized("account gone") from None
-    except store.NoSuchItem:  # an item's change: the name is the path's
-        raise _no_such(FIELDS[target.collection][1], target.name or "") from None
-    except store.DataError as exc:
-        raise _refused(exc) from None
+        document = json.loads(raw.decode("utf-8"), object_pairs_hook=store.unique_keys)
+    except (ValueError, RecursionError, store.DataError):
+        document = None
+    return LoggedBody(document if type(document) is dict else None, len(raw))
 
 
-#: What a refused write answers, by the kind of store.DataError (a kind not listed: as its nearest
-#: parent that is).
-REFUSALS: Dict[type, typing.Type[HTTPError]] = {
-    store.Unloadable: Conflict,
-    store.TooLarge: InsufficientStorage,
-    store.DataError: ServiceUnavailable,
+#: The double's own routes, and the methods each answers.
+DOUBLE_ROUTES: Dict[str, Tuple[str, ...]] = {
+    RESET_PATH: ("POST",),
+    FAULTS_PATH: ("POST", "DELETE"),
+    REQUESTS_PATH: ("GET", "HEAD"),
 }
-
-
-def _refused(exc: store.DataError) -> HTTPError:
-    """The answer to a refused write; its fault is logged (the answer does not name the file)."""
-    error = next(REFUSALS[cls] for cls in type(exc).__mro__ if cls in REFUSALS)
-    logger.error("%s", exc.faults[0] if exc.faults else exc)  # it says nothing was written
-    return error()
-
-
-def health(status: store.Status) -> Answer:
-    """Answer the health check: 200 while a version is served (else 503), its SHA-256, staleness."""
-    document = {
-        "status": "ok" if status.version is not None else "unavailable",
-        "version": status.version,
-        "loadedAt": None if status.loaded_at is None else _utc(status.loaded_at),
-        "stale": status.failed_at is not None,
-        "failedAt": None if status.failed_at is None else _utc(status.failed_at),
-    }
-    if status.version is None:
-        return _json_answer(HTTPStatus.SERVICE_UNAVAILABLE, document, [("Retry-After", "1")])
-    return _json_answer(HTTPStatus.OK, document)
-
-
-def create_app(
-    source: store.DataFile,
-    access_log: bool | AccessLog = True,
-    allowed_hosts: Iterable[str] = (),
-    resets: bool | BadDays = False,
-) -> WSGIApplication:
-    """Return the WSGI callable that serves (and, if writable, writes) ``source``.  ``access_log``:
-    True logs each request to the ``qstash_lists.access`` logger, an AccessLog in batches, False
-    not; ``allowed_hosts``: see SETTINGS; ``resets``: RESET_PATH, FAULTS_PATH and REQUESTS_PATH
-    answer (a BadDays: that one, which its owner may clear)."""
-    allowed_hosts = frozenset(host.lower() for host in allowed_hosts)
-    days = resets if isinstance(resets, BadDays) else BadDays() if resets else None
-
-    def app(environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
-        started = time.perf_counter() if access_log else 0.0
-        exc_info = None
-        try:
-            answer = respond(environ, source, allowed_hosts, days)
-        except HTTPError as err:
-            answer = err.render()
-        except Dropped:  # noted; waitress closes the connection unanswered
-            from waitress.channel import ClientDisconnected
-
-            raise ClientDisconnected() from None
-        except Exception:
-            logger.exception("error while answering %s", _request_line(environ))
-            answer = HTTPError().render()
-            exc_info = sys.exc_info()
-        if days is not None:
-            days.note(environ, int(answer.status[:3]))
-        start_response(answer.status, answer.headers, exc_info)
-        data = answer.body
-        # HEAD: the same headers as GET, errors included, and never a body (RFC 9110, 9.3.2).
-        if environ.get("REQUEST_METHOD") == "HEAD":
-            data = b""
-        if access_log:
-            ms = (time.perf_counter() - started) * 1000
-            _log_request(access_log, environ, Request(time.time(), environ, answer, len(data), ms))
-        return _body_iterable(environ, data)
-
-    return app
-
-
-def _body_iterable(environ: WSGIEnvironment, data: bytes) -> Iterable[bytes]:
-    """The body as PEP 3333 takes it: by reference where the server keeps it so (no copy waits)."""
-    file_wrapper = environ.get("wsgi.file_wrapper")
-    if data and str(getattr(file_wrapper, "__module__", "")).startswith(BY_REFERENCE):
-        return file_wrapper(io.BytesIO(data))  # type: ignore[no-any-return,misc]
-    return [data] if data else []
-
-
-def _log_request(access_log: bool | AccessLog, environ: WSGIEnvironment, request: Request) -> None:
-    """Log a request to an AccessLog, or (True) to the access logger if it is on."""
-    if access_log is not True:
-        typing.cast(AccessLog, access_log).note(request)
-    elif access_logger.isEnabledFor(logging.INFO):
-        access_logger.info("%s", request.entry(_request_line(environ)))
 
 
 # ---- The access log ------------------------------------------------------------------------------
-class Request(NamedTuple):
-    """An answered request, as the access log writes it."""
+class AccessLine(NamedTuple):
+    """An answered request, as the access log writes it: formatted only when a handler writes it
+    (QueueLog: on its own thread)."""
 
-    created: float  # when it was answered (a Unix time)
     environ: WSGIEnvironment
     answer: Answer
     size: int  # the body's bytes sent
     ms: float  # the time it took
 
-    def entry(self, request_line: str) -> str:
+    def __str__(self) -> str:
         """Its log entry but the time: who, the request line, status, size, time taken, and why."""
         why = "" if self.answer.why is None else " (%s)" % self.answer.why
-        who, status = self.environ.get("REMOTE_ADDR") or "-", self.answer.status[:3]
-        return '%s "%s" %s %d %.2fms%s' % (who, request_line, status, self.size, self.ms, why)
+        who, status = self.environ.get("REMOTE_ADDR") or "-", self.answer.status_line[:3]
+        line = _request_line(self.environ)
+        return '%s "%s" %s %d %.2fms%s' % (who, line, status, self.size, self.ms, why)
 
 
-class AccessLog(logging.Handler):
-    """The command line's log handler: a request or record notes its line, and a thread writes them
-    in batches (far cheaper than a logging call a request); a stream that does not keep up holds
-    back nothing: past ACCESS_LOG_BACKLOG, lines are dropped and counted."""
-
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-        self._dropped = 0  # not exact under races: a count for the operator, never a wait
-        self._stopping = threading.Event()
-        #: What is noted and not yet written: a Request, or a line of its own (a deque is
-        #: thread-safe: no lock).
-        self._entries: collections.deque[Union[Request, str]] = collections.deque()
-        self._thread = threading.Thread(
-            target=self._run, name="qstash-lists access log", daemon=True
-        )
-        self._thread.start()
-        super().__init__()  # last: logging closes a handler at exit, which needs the thread
-
-    def emit(self, record: logging.LogRecord) -> None:
-        """Note a log record's line (logging.Handler's hook)."""
-        self.note(self.format(record) + "\n")
-
-    def note(self, entry: Union[Request, str]) -> None:
-        """Note an answered request, or a line of its own."""
-        if len(self._entries) < ACCESS_LOG_BACKLOG:
-            self._entries.append(entry)
-        else:
-            self._dropped += 1
-
-    def close(self) -> None:
-        """Write the lines noted so far, waiting at most ACCESS_LOG_CLOSE_TIMEOUT for the stream."""
-        self._stopping.set()
-        self._thread.join(ACCESS_LOG_CLOSE_TIMEOUT)
-        super().close()
-
-    def _run(self) -> None:
-        while not self._stopping.wait(0.2):
-            self._write()
-        self._write()
-
-    def _write(self) -> None:
-        lines: List[str] = []
-        while self._entries:
-            entry = self._entries.popleft()
-            if not isinstance(entry, str):
-                line = entry.entry(_request_line(entry.environ))
-                entry = "%s %s\n" % (_utc(entry.created), line)
-            lines.append(entry)
-        if self._dropped:
-            dropped, self._dropped = self._dropped, 0
-            lines.append(
-                "%s %d access log lines dropped: the stream did not keep up\n"
-                % (_utc(time.time()), dropped)
-            )
-        if lines:
-            self._send("".join(lines))
-
-    def _send(self, text: str) -> None:
-        # To the descriptor: a write that blocks holds no lock that the interpreter's exit needs.
-        try:
-            os.write(self._stream.fileno(), text.encode())
-        except (AttributeError, io.UnsupportedOperation):
-            self._stream.write(text)
+_PARAMETER_NAME = re.compile(r"[A-Za-z0-9_.%-]{1,24}")  # longer may be a token pasted as a name
 
 
 def _request_line(environ: WSGIEnvironment) -> str:
@@ -1043,12 +1099,69 @@ def _request_line(environ: WSGIEnvironment) -> str:
     return line
 
 
-_PARAMETER_NAME = re.compile(r"[A-Za-z0-9_.%-]{1,24}")  # longer may be a token pasted as a name
-
-
 def _printable(text: str) -> str:
     """Percent-encode all but printable ASCII: a log line stays one line ('%' escaped too)."""
     return quote(_latin1(text), safe="/!$&'()*+,;=:@-._~[]")
+
+
+class _UntilMarked(logging.Filter):
+    """Passes every record but QueueLog.close()'s marker, which it notes as reached."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reached = threading.Event()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg is self.reached:
+            self.reached.set()
+            return False
+        return True
+
+
+class QueueLog(logging.handlers.QueueHandler):
+    """The command line's log handler: a record goes on a bounded queue, unformatted, and a
+    QueueListener's thread formats and writes it to ``stream``.  A stream that does not keep up
+    holds back no request and no stop: past ACCESS_LOG_BACKLOG, records are dropped and counted,
+    and the next record taken is preceded by a line that says how many."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(queue.Queue(ACCESS_LOG_BACKLOG))
+        self.dropped = 0  # not exact under races: a count for the operator, never a wait
+        # Each line stamped in UTC to the millisecond.
+        formatter = logging.Formatter("%(asctime)s.%(msecs)03dZ %(message)s", "%Y-%m-%dT%H:%M:%S")
+        formatter.converter = time.gmtime
+        writer = logging.StreamHandler(stream)
+        writer.setFormatter(formatter)
+        self._marked = _UntilMarked()
+        writer.addFilter(self._marked)
+        self.listener = logging.handlers.QueueListener(self.queue, writer)
+        self.listener.start()
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        return record  # formatted by the listener's thread, not the request's
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        try:
+            if self.dropped:
+                said = "%d log lines dropped: the stream did not keep up" % self.dropped
+                self.queue.put_nowait(logging.makeLogRecord({"msg": said, "levelno": 30}))
+                self.dropped = 0
+            self.queue.put_nowait(record)
+        except queue.Full:
+            self.dropped += 1
+
+    def close(self) -> None:
+        """Write the records taken so far, waiting at most ACCESS_LOG_CLOSE_TIMEOUT for the
+        stream; then stop the listener if it is free (else its daemon thread ends with us)."""
+        if self._marked.reached.is_set():  # closed already (logging closes it again at exit)
+            return
+        with contextlib.suppress(queue.Full):
+            marker = logging.makeLogRecord({"msg": self._marked.reached})
+            self.queue.put(marker, timeout=ACCESS_LOG_CLOSE_TIMEOUT)
+        if self._marked.reached.wait(ACCESS_LOG_CLOSE_TIMEOUT):
+            with contextlib.suppress(queue.Full):  # full again: its daemon thread ends with us
+                self.listener.stop()
+        super().close()
 
 
 # ---- Settings and make_app -----------------------------------------------------------------------
@@ -1204,7 +1317,7 @@ def read_settings(
 
 
 #: Load a data file and keep it fresh: ``open_data(path, token, interval, fallback=, max_size=,
-#: required=, writable=, waiting_writes=)`` (see store.DataFile and store.parse).
+#: required=, writable=)`` (see store.DataFile and store.parse).
 open_data = store.DataFile
 
 
@@ -1240,13 +1353,14 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
         data = _data_file(settings, None, required=False)  # logged; 503s until it is good
     except KeyboardInterrupt:  # Ctrl-C during the first load: a stop, not a traceback
         raise SystemExit(130) from None
-    return create_app(data, allowed_hosts=settings["allowed_hosts"] or (), resets=settings["reset"])
+    service = create_app(data, allowed_hosts=settings["allowed_hosts"] or ())
+    return TestDouble(service) if settings["reset"] else service
 
 
 def _data_file(
-    settings: Mapping[str, Any], fallback: Optional[str], required: bool, threads: int = 0
+    settings: Mapping[str, Any], fallback: Optional[str], required: bool
 ) -> store.DataFile:
-    """The data file of ``settings``; half of ``threads``, if known, may wait for another's lock."""
+    """The data file of ``settings``."""
     return open_data(
         settings["data"],
         settings["token"],
@@ -1255,8 +1369,109 @@ def _data_file(
         max_size=settings["max_size"],
         required=required,
         writable=settings["writable"],
-        waiting_writes=threads // 2 if threads else store.WAITING_WRITES,
     )
+
+
+# ---- The waitress adapter: all that knows waitress -----------------------------------------------
+#: The servers whose wsgi.file_wrapper keeps a body by reference until it is read (waitress: no
+#: copy), by the wrapper's module; others read a BytesIO back in 4-8 KB writes, so they get the
+#: bytes whole (benchmark: table).  The same module says a drop fault can close the connection.
+BY_REFERENCE = ("waitress.",)
+
+
+def _by_waitress(environ: WSGIEnvironment) -> bool:
+    """Tell whether waitress serves this request (its wsgi.file_wrapper's module)."""
+    file_wrapper = environ.get("wsgi.file_wrapper")
+    return str(getattr(file_wrapper, "__module__", "")).startswith(BY_REFERENCE)
+
+
+def _body_iterable(environ: WSGIEnvironment, data: bytes) -> Iterable[bytes]:
+    """The body as PEP 3333 takes it: by reference where the server keeps it so (no copy waits)."""
+    if data and _by_waitress(environ):
+        return environ["wsgi.file_wrapper"](io.BytesIO(data))  # type: ignore[no-any-return]
+    return [data] if data else []
+
+
+def _drop_connection() -> Exception:
+    """What to raise for waitress to close the connection unanswered (waitress.channel's
+    documented way for an app to say its client is gone)."""
+    from waitress.channel import ClientDisconnected
+
+    return ClientDisconnected()
+
+
+class Stopper:
+    """What stops run(): a pipe whose read end, in the server's socket map (see watch), ends the
+    serving loop once a byte comes; stop() writes that byte, from any thread or a signal handler
+    (a write to a pipe takes no lock; an Event's set() takes one)."""
+
+    def __init__(self) -> None:
+        self._read_end, self._write_end = os.pipe()
+        os.set_blocking(self._write_end, False)
+        self.dispatcher: Any = None
+        # The write end lives as long as this object: a signal after close() finds no reader
+        # (an error, ignored), never a descriptor the process has reused meanwhile.
+        weakref.finalize(self, os.close, self._write_end)
+
+    def watch(self, socket_map: Dict[int, Any]) -> None:
+        """Put the read end in ``socket_map``: a byte written before the loop stops it at once."""
+        from waitress import wasyncore
+
+        class Dispatcher(wasyncore.file_dispatcher):  # type: ignore[misc]
+            def handle_read(self) -> None:
+                raise wasyncore.ExitNow  # the loop lets it through (wasyncore.read)
+
+            def writable(self) -> bool:
+                return False
+
+        self.dispatcher = Dispatcher(self._read_end, socket_map)  # it reads a copy of the fd
+
+    def stop(self) -> None:
+        """Have run() stop serving."""
+        with contextlib.suppress(OSError):  # full: a byte is there already; closed: it is over
+            os.write(self._write_end, b"\0")
+
+    def close(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.close()
+        os.close(self._read_end)
+
+
+def _close_idle(socket_map: Dict[int, Any]) -> bool:
+    """Have each connection that is between requests close (nothing in flight to finish); tell
+    whether any connection is left.  The one place that reads attributes of waitress's channels
+    that are not its documented interface (``request``, ``requests``, ``total_outbufs_len``,
+    ``will_close``): tests/test_server.py runs it on the waitress installed, and .ci/run on the
+    oldest release setup.cfg allows and the newest."""
+    from waitress.channel import HTTPChannel
+
+    channels = [d for d in socket_map.values() if isinstance(d, HTTPChannel)]
+    for channel in channels:
+        if not (channel.request or channel.requests or channel.total_outbufs_len):
+            channel.will_close = True
+    return bool(channels)
+
+
+def run(server: Any, socket_map: Dict[int, Any], stop_timeout: float, stopper: Stopper) -> None:
+    """Serve with waitress's own loop until ``stopper`` says stop, then refuse new connections,
+    close idle ones, let the answers in flight finish for at most ``stop_timeout`` seconds, and
+    close every socket."""
+    from waitress import wasyncore
+    from waitress.server import BaseWSGIServer
+
+    with contextlib.suppress(wasyncore.ExitNow):
+        wasyncore.loop(timeout=server.adj.asyncore_loop_timeout, map=socket_map, use_poll=True)
+    stopper.close()
+    deadline = time.monotonic() + stop_timeout
+    for listener in [d for d in socket_map.values() if isinstance(d, BaseWSGIServer)]:
+        # Not BaseWSGIServer.close: the threads still need the trigger.
+        wasyncore.dispatcher.close(listener)
+    while time.monotonic() < deadline and _close_idle(socket_map):
+        wasyncore.loop(timeout=0.1, map=socket_map, use_poll=True, count=1)
+    # The rest are cut short.
+    server.task_dispatcher.shutdown(timeout=max(0.0, deadline - time.monotonic()))
+    for dispatcher in list(socket_map.values()):  # the trigger, and what the deadline cut short
+        dispatcher.close()
 
 
 # ---- The command line and serving ----------------------------------------------------------------
@@ -1311,32 +1526,32 @@ def _start(settings: Mapping[str, Any], quiet: bool, prog: str) -> int:
     fallback = _fallback(settings["host"])
     log = _log_to_stderr(quiet)
     try:
-        data = _data_file(settings, fallback, required=True, threads=settings["threads"])
+        data = _data_file(settings, fallback, required=True)
     except store.DataError as exc:
         return _not_loaded(exc, settings["data"], prog)
     try:
-        return _serve(settings, data, None if quiet else log)
+        return _serve(settings, data, not quiet)
     finally:
         data.close()
         log.close()  # the lines of the requests answered, unless the stream does not take them
 
 
-def _log_to_stderr(quiet: bool) -> AccessLog:
-    """Send every line the process logs through an AccessLog on stderr (none waits for it), in
-    UTC as the access log's lines; ``quiet``: faults only (no line a reload or reset)."""
-    log = AccessLog(sys.stderr)
-    formatter = logging.Formatter("%(asctime)s.%(msecs)03dZ %(message)s", "%Y-%m-%dT%H:%M:%S")
-    formatter.converter = time.gmtime
-    log.setFormatter(formatter)
-    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, handlers=[log])
+def _log_to_stderr(quiet: bool) -> QueueLog:
+    """Send every line the process logs through a QueueLog on stderr (none waits for it), in UTC;
+    ``quiet``: warnings and errors only (no line a request, reload or reset)."""
+    log = QueueLog(sys.stderr)
+    # force: a second main() in one process (a test's) replaces the first's closed handler.
+    logging.basicConfig(
+        level=logging.WARNING if quiet else logging.INFO, handlers=[log], force=True
+    )
     # waitress's "Task queue depth" warning, for each request that waits for a thread: a burst
     # would flood the log, so it is dropped; but its loop thread, which logs it, first hands the
     # interpreter to the workers, as writing the line would (docs/performance.md).
-    logging.getLogger("waitress.queue").addFilter(_hand_over)
+    logging.getLogger("waitress.queue").addFilter(_yield_to_workers)
     return log
 
 
-def _hand_over(record: logging.LogRecord) -> bool:
+def _yield_to_workers(record: logging.LogRecord) -> bool:
     time.sleep(0)  # the GIL to the workers that wait for it
     return False
 
@@ -1351,7 +1566,7 @@ def _not_loaded(exc: store.DataError, path: str, prog: str) -> int:
     return _fail(["%s: no such file; %s" % (os.path.abspath(path), example)])
 
 
-def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[AccessLog]) -> int:
+def _serve(settings: Mapping[str, Any], data: store.DataFile, access_log: bool) -> int:
     """Serve ``data`` under waitress until SIGTERM or Ctrl-C."""
     try:
         from waitress import create_server
@@ -1366,9 +1581,11 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access: Optional[A
         signal.signal(signum, lambda signum, frame: stopper.stop())  # it takes no lock
     socket_map: Dict[int, Any] = {}  # ours, one socket or several: run() sees every connection
     stopper.watch(socket_map)
+    service = create_app(data, access_log, settings["allowed_hosts"] or ())
+    wsgi = TestDouble(service, settings["threads"] // 2) if settings["reset"] else service
     try:
         server = create_server(
-            create_app(data, access or False, settings["allowed_hosts"] or (), settings["reset"]),
+            wsgi,
             map=socket_map,
             host=host,
             port=port,
@@ -1429,88 +1646,21 @@ def _dev_mode(settings: Mapping[str, Any], loaded: store.Store, port: Any) -> st
     return "finds this server"
 
 
-class Stopper:
-    """What stops run(): a pipe whose read end, in the server's socket map (see watch), ends the
-    serving loop once a byte comes; stop() writes that byte, from any thread or a signal handler
-    (a write to a pipe takes no lock; an Event's set() takes one)."""
-
-    def __init__(self) -> None:
-        self._read, self._write = os.pipe()
-        os.set_blocking(self._write, False)
-        self.dispatcher: Any = None
-        # The write end lives as long as this object: a signal after close() finds no reader
-        # (an error, ignored), never a descriptor the process has reused meanwhile.
-        weakref.finalize(self, os.close, self._write)
-
-    def watch(self, socket_map: Dict[int, Any]) -> None:
-        """Put the read end in ``socket_map``: a byte written before the loop stops it at once."""
-        from waitress import wasyncore
-
-        class Dispatcher(wasyncore.file_dispatcher):  # type: ignore[misc]
-            def handle_read(self) -> None:
-                raise wasyncore.ExitNow  # the loop lets it through (wasyncore.read)
-
-            def writable(self) -> bool:
-                return False
-
-        self.dispatcher = Dispatcher(self._read, socket_map)  # it reads a copy of the descriptor
-
-    def stop(self) -> None:
-        """Have run() stop serving."""
-        with contextlib.suppress(OSError):  # full: a byte is there already; closed: it is over
-            os.write(self._write, b"\0")
-
-    def close(self) -> None:
-        if self.dispatcher is not None:
-            self.dispatcher.close()
-        os.close(self._read)
-
-
-def run(server: Any, socket_map: Dict[int, Any], stop_timeout: float, stopper: Stopper) -> None:
-    """Serve with waitress's own loop until ``stopper`` says stop, then refuse new connections,
-    close idle ones, let the answers in flight finish for at most ``stop_timeout`` seconds, and
-    close every socket."""
-    from waitress import wasyncore
-    from waitress.channel import HTTPChannel
-    from waitress.server import BaseWSGIServer
-
-    with contextlib.suppress(wasyncore.ExitNow):
-        wasyncore.loop(timeout=server.adj.asyncore_loop_timeout, map=socket_map, use_poll=True)
-    stopper.close()
-    deadline = time.monotonic() + stop_timeout
-    for listener in [d for d in socket_map.values() if isinstance(d, BaseWSGIServer)]:
-        # Not BaseWSGIServer.close: the threads still need the trigger.
-        wasyncore.dispatcher.close(listener)
-    while time.monotonic() < deadline:
-        channels = [d for d in socket_map.values() if isinstance(d, HTTPChannel)]
-        if not channels:
-            break
-        for channel in channels:  # between requests: nothing in flight to finish
-            if not (channel.request or channel.requests or channel.total_outbufs_len):
-                channel.will_close = True
-        wasyncore.loop(timeout=0.1, map=socket_map, use_poll=True, count=1)
-    # The rest are cut short.
-    server.task_dispatcher.shutdown(timeout=max(0.0, deadline - time.monotonic()))
-    for dispatcher in list(socket_map.values()):  # the trigger, and what the deadline cut short
-        dispatcher.close()
-
-
 @contextlib.contextmanager
 def serving(
-    source: store.DataFile,
+    wsgi: WSGIApplication,
     host: str = "127.0.0.1",
     port: int = 0,
     threads: int = SERVING_THREADS,
-    resets: bool | BadDays = False,
 ) -> Iterator[str]:
-    """Serve ``source`` under waitress in a thread of this process (on a free port unless told)
-    until the block ends, then stop it as run() does; yield its URL.  It sets no signal handler,
-    logs no request and never exits the process."""
+    """Serve ``wsgi`` (a Service, or a TestDouble around one) under waitress in a thread of this
+    process (on a free port unless told) until the block ends, then stop it as run() does; yield
+    its URL.  It sets no signal handler and never exits the process."""
     from waitress import create_server
 
     socket_map: Dict[int, Any] = {}
     server = create_server(
-        create_app(source, access_log=False, resets=resets),
+        wsgi,
         map=socket_map,
         host=host,
         port=port,
@@ -1684,9 +1834,10 @@ def _run_command(settings: Mapping[str, Any], args: argparse.Namespace, prog: st
             copy = os.path.join(folder, os.path.basename(path))
             shutil.copyfile(path, copy)
             copied = dict(settings, data=copy, writable=True)
-            data = _data_file(copied, fallback, required=True, threads=settings["threads"])
+            data = _data_file(copied, fallback, required=True)
             try:
-                with serving(data, settings["host"], port, settings["threads"], resets=True) as url:
+                double = TestDouble(create_app(data, access_log=False), settings["threads"] // 2)
+                with serving(double, settings["host"], port, settings["threads"]) as url:
                     if not args.quiet:
                         logger.info(
                             "serving a copy of %s on %s for: %s", path, url, " ".join(args.run)

@@ -58,24 +58,25 @@ def serve(data: Any, token: Optional[str] = None) -> Iterator[Server]:
         raw, source = Path(data).read_bytes(), str(data)
     else:
         raw, source = json.dumps(data).encode(), "serve()'s document"
-    with _serving(raw, source, token) as (server, _):
+    with _serving(raw, source, token) as (server, _, _):
         yield server
 
 
 @contextlib.contextmanager
-def _serving(raw: bytes, source: str, token: Optional[str], days: Any = True) -> Iterator[Any]:
-    """serve() of the data file ``raw``, whose faults name ``source``: (its Server, DataFile)."""
+def _serving(raw: bytes, source: str, token: Optional[str]) -> Iterator[Any]:
+    """serve() of the data file ``raw``, whose faults name ``source``: (its Server, DataFile,
+    TestDouble)."""
     token = token or secrets.token_urlsafe(16)
     loaded = app.store.parse(raw, source, token)  # before any copy: a fault names ``source``
     clients = app.clients_token(loaded, token, source)
     with tempfile.TemporaryDirectory(prefix="qstash-lists-") as folder:
         path = os.path.join(folder, "data.json")
         Path(path).write_bytes(raw)
-        waiting = app.SERVING_THREADS // 2  # waiting writes hold at most half its threads
-        data = app.open_data(path, token, 3600, writable=True, waiting_writes=waiting)
+        data = app.open_data(path, token, 3600, writable=True)
         try:
-            with app.serving(data, resets=days) as url:
-                yield Server(url, clients, path), data
+            double = app.TestDouble(app.create_app(data, access_log=False))
+            with app.serving(double) as url:
+                yield Server(url, clients, path), data, double
         finally:
             data.close()
 
@@ -85,9 +86,11 @@ class _Session:
     first account answers the token the ini line gave QSTASH_TOKEN before any qstash_data."""
 
     def __init__(self, first: bool) -> None:
-        self.first, self.days, self._stack = first, app.BadDays(), contextlib.ExitStack()
+        self.first, self._stack = first, contextlib.ExitStack()
         raw = json.dumps(EMPTY_ACCOUNT).encode()
-        self.server, self._data = self._stack.enter_context(_serving(raw, FIXTURE, None, self.days))
+        self.server, self._data, self._double = self._stack.enter_context(
+            _serving(raw, FIXTURE, None)
+        )
         self.close = self._stack.close
 
     def reset(self, document: Any) -> str:
@@ -101,7 +104,7 @@ class _Session:
         loaded = app.store.parse(raw, FIXTURE, self.server.token)
         token = app.clients_token(loaded, self.server.token, FIXTURE)
         self._data.replace(raw)
-        self.days.clear()
+        self._double.clear()
         return token
 
 

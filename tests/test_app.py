@@ -239,7 +239,7 @@ def test_other_methods_get_405_with_allow(app: Any, method: str, path: str) -> N
         .replace("/nowhere", "/{name}")
         .replace("/orders", "/{name}")
     )
-    takes = service.ROUTES[route]
+    takes = service.METHODS[route]
     other = "method not allowed: this path answers %s, HEAD" % ", ".join(takes) + (
         " (%s: writes, taken once the server is started with --writable, or "
         "QSTASH_LISTS_WRITABLE=1)" % ", ".join(m for m in takes if m != "GET")
@@ -265,7 +265,7 @@ def test_paths_only_for_writes_say_what_they_take_and_how_to_turn_writes_on(
     """A write to a read-only server says how to take writes; another method names what the path
     takes (QStash's)."""
     response = call(app, path, method=method, headers=bearer(TOKEN_A))
-    takes = service.ROUTES[
+    takes = service.METHODS[
         path.replace("/emails", "/{name}").replace("/x/", "/{name}/").replace("/orders", "/{name}")
     ]
     other = (
@@ -629,9 +629,11 @@ def test_the_command_lines_access_log_writes_the_same_lines_and_all_of_them_at_c
     import time
 
     stream = io.StringIO()
-    batched = service.AccessLog(stream)
-    for access_log in (True, batched):
-        app = service.create_app(service.open_data(str(data_path), None), access_log=access_log)
+    queued = service.QueueLog(stream)
+    access = logging.getLogger("qstash_lists.access")
+    access.addHandler(queued)
+    try:
+        app = service.create_app(service.open_data(str(data_path), None))
         with caplog.at_level(logging.INFO, "qstash_lists.access"):
             for _ in range(100):
                 call(
@@ -641,7 +643,9 @@ def test_the_command_lines_access_log_writes_the_same_lines_and_all_of_them_at_c
                     headers=bearer(TOKEN_A),
                     REMOTE_ADDR="10.0.0.9",
                 )
-    batched.close()  # at once: the writer's next batch is not due yet
+    finally:
+        access.removeHandler(queued)
+    queued.close()  # at once: every line taken is written first
     lines = stream.getvalue().splitlines()
     assert len(lines) == 100 and len(caplog.records) == 100
     logged = caplog.records[0].getMessage()

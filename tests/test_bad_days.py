@@ -20,7 +20,7 @@ FAULTS, REQUESTS = service.FAULTS_PATH, service.REQUESTS_PATH
 def app(tmp_path: Path) -> Any:
     path = write_json(tmp_path / "data.json", accounts_document())
     data = service.open_data(str(path), None, 3600, writable=True)
-    yield service.create_app(data, access_log=False, resets=True)
+    yield service.TestDouble(service.create_app(data, access_log=False))
     data.close()
 
 

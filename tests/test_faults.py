@@ -242,7 +242,7 @@ def test_make_app_answers_503_until_the_file_is_good_and_never_uses_the_dev_toke
         assert (response.status, response.headers["Retry-After"]) == (503, "1")
         assert response.json() == {
             "error": "service unavailable: the server's data file cannot be served yet; "
-            "the server log names the fault and its fix, and the file is served as soon as it is "
+            "the server log names the problem and its fix, and the file is served as soon as it is "
             "good"
         }
     write_json(path, {"queues": []})  # one account: make_app has no token for it

@@ -199,7 +199,7 @@ def test_the_reset_puts_back_the_tokens_account_alone(data_path: Path) -> None:
     """POST /qstash-lists/reset, with --reset: the token's account as the server started, the
     others as they are; a web page cannot ask it; without --reset it is not there."""
     source = service.open_data(str(data_path), None, 3600, writable=True)
-    with service.serving(source, resets=True) as url:
+    with service.serving(service.TestDouble(service.create_app(source, access_log=False))) as url:
         for token in (TOKEN_A, TOKEN_B):
             assert ask(url, "POST", "/v2/queues", token)[0] == 200
         assert ask(url, "POST", "/qstash-lists/reset", TOKEN_A) == (200, None)
@@ -207,7 +207,7 @@ def test_the_reset_puts_back_the_tokens_account_alone(data_path: Path) -> None:
         page = {"Origin": "https://evil.example"}
         assert ask(url, "POST", "/qstash-lists/reset", TOKEN_B, page)[0] == 403
         assert ask(url, "POST", "/qstash-lists/reset", "nobody")[0] == 401
-    with service.serving(source) as url:
+    with service.serving(service.create_app(source, access_log=False)) as url:
         assert ask(url, "POST", "/qstash-lists/reset", TOKEN_B)[0] == 404
     source.close()
 

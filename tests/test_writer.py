@@ -466,7 +466,7 @@ def test_while_another_process_holds_the_lock_waiting_writes_leave_threads_for_r
     is answered while the lock is still held; once it is let go, the waiting writes are made."""
     monkeypatch.setattr(store, "LOCK_TIMEOUT", 600)  # the writes would wait for the test
     data = service.open_data(str(data_path), None, 3600, writable=True, waiting_writes=2)
-    with service.serving(data, threads=4) as url:
+    with service.serving(service.create_app(data, access_log=False), threads=4) as url:
         local = Server.__new__(Server)
         local.host, local.port = "127.0.0.1", int(url.rsplit(":", 1)[1])
         statuses: List[int] = []
