@@ -769,9 +769,8 @@ class Service:
         loaded = self.source.current()
         if loaded is None:
             raise ServiceUnavailable(UNAVAILABLE, why="no good data file yet")
-        account = loaded.by_digest.get(
-            hashlib.sha256(token).digest()
-        )  # timing tells a probe nothing
+        # By its digest, so timing tells a probe nothing (see store.Store.find).
+        account = loaded.by_digest.get(hashlib.sha256(token).digest())
         if account is None:
             raise Unauthorized("unknown token")
         if account.token_sha256 == _DEV_DIGEST:

@@ -2,6 +2,7 @@
 through the WSGI callable; the SDKs' view of them is in test_sdks.py, the plugin's in
 test_plugin.py."""
 
+import io
 import json
 import time
 from pathlib import Path
@@ -122,12 +123,22 @@ def test_a_delay_then_the_answer(app: Any, monkeypatch: pytest.MonkeyPatch) -> N
     assert waited == [2.5]
 
 
+def by_waitress(app: Any) -> Any:
+    """``app`` as waitress calls it: with its wsgi.file_wrapper (the double can drop then)."""
+    from waitress.buffers import ReadOnlyFileBasedBuffer
+
+    def called(environ: Dict[str, Any], start_response: Any) -> Any:
+        return app(dict(environ, **{"wsgi.file_wrapper": ReadOnlyFileBasedBuffer}), start_response)
+
+    return called
+
+
 def test_a_drop_closes_the_connection_unanswered(app: Any) -> None:
     from waitress.channel import ClientDisconnected  # waitress closes the connection
 
     fault(app, drop=True)
     with pytest.raises(ClientDisconnected):
-        send(app, "POST", "/v2/queues", {"queueName": "dropped"})
+        send(by_waitress(app), "POST", "/v2/queues", {"queueName": "dropped"})
     assert log(app) == [
         {
             "method": "POST",
@@ -194,3 +205,70 @@ def test_the_log_holds_what_was_asked_and_never_a_token(
     call(app, query="qstash_token=%s&a=1&b" % TOKEN_A)
     assert log(app)[0]["query"] == ["a", "b", "qstash_token"]
     assert TOKEN_A not in json.dumps(log(app)) and TOKEN_B not in json.dumps(log(app, TOKEN_B))
+
+
+def test_a_drop_under_another_server_is_a_500_and_logged_so(app: Any) -> None:
+    """gunicorn and uWSGI cannot close a connection unanswered: the client sees a 500, and the
+    request log says 500, not "dropped" (issue 59.6)."""
+    fault(app, drop=True)
+    response = send(app, "POST", "/v2/queues", {"queueName": "dropped"})
+    assert response.status == 500
+    assert response.json() == {"error": "500: a fault this suite asked for (%s)" % FAULTS}
+    assert statuses(app) == [500]
+
+
+def test_an_accounts_faults_are_bounded(app: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service, "MAX_FAULTS", 3)
+    for _ in range(3):
+        fault(app, status=503, path="/nowhere")
+    response = send(app, "POST", FAULTS, {"status": 503})
+    assert response.status == 400
+    assert response.json() == {
+        "error": "bad request: an account has at most 3 faults; DELETE %s clears them" % FAULTS
+    }
+    fault(app, token=TOKEN_B, status=503)  # another account's are its own
+    assert send(app, "DELETE", FAULTS).status == 200
+    fault(app, status=503)
+
+
+def test_the_log_is_bounded_in_bytes_and_never_reads_a_reads_body(
+    app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(service, "REQUEST_LOG_BYTES", 3000)
+    for i in range(4):  # about 1 KB each
+        send(app, "POST", "/v2/queues", {"queueName": "q%d" % i, "x": "y" * 1000})
+    assert [entry["body"]["queueName"] for entry in log(app)] == ["q1", "q2", "q3"]
+
+    class Unread(io.BytesIO):
+        def read(self, *args: Any) -> bytes:
+            raise AssertionError("a GET's body was read")
+
+    get = call(app, headers=bearer(TOKEN_A), CONTENT_LENGTH="5", **{"wsgi.input": Unread()})
+    assert get.status == 200 and log(app)[-1]["body"] is None
+
+
+def test_delays_hold_at_most_the_workers_given_and_never_the_health_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delay past the double's slots is not waited (its request is answered at once), and
+    /healthz never meets a fault, whatever the suites ask."""
+    path = write_json(tmp_path / "data.json", accounts_document())
+    data = service.open_data(str(path), None, 3600, writable=True)
+    double = service.TestDouble(service.create_app(data, access_log=False), delays=1)
+    waited: List[float] = []
+    inner: List[int] = []
+
+    def sleep(seconds: float) -> None:
+        waited.append(seconds)
+        if not inner:  # while the first delay holds its slot, another comes
+            inner.append(call(double, headers=bearer(TOKEN_B)).status)
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    fault(double, status=503, delay=5, path="/v2/queues")
+    fault(double, token=TOKEN_B, delay=7, path="/v2/queues")
+    fault(double, status=503, path="/*", times=100)
+    assert call(double, headers=bearer(TOKEN_A)).status == 503
+    assert (waited, inner) == ([5], [200])  # B's delay found no free slot: answered at once
+    assert call(double, service.HEALTH_PATH).status == 200
+    assert statuses(double, TOKEN_B) == [200]
+    data.close()

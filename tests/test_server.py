@@ -585,3 +585,41 @@ def test_the_copy_of_a_real_account_recipe_copies_one(data_path: Path, tmp_path:
         assert copy.accounts[0].queues == original.queues  # type: ignore[union-attr]
         assert copy.accounts[0].url_groups == original.url_groups  # type: ignore[union-attr]
         server.stop()
+
+
+def test_the_stops_reading_of_waitress_channels_holds_on_the_waitress_installed(
+    data_path: Path,
+) -> None:
+    """app._close_idle, the one function that reads waitress's channels beyond its documented
+    interface, on the waitress installed (.ci/run: the oldest release setup.cfg allows, too): a
+    connection between requests is told to close, one with a request half sent is not."""
+    import waitress
+    from waitress import wasyncore
+    from waitress.channel import HTTPChannel
+
+    data = service.open_data(str(data_path), None)
+    socket_map: Dict[int, Any] = {}
+    server = waitress.create_server(
+        service.create_app(data, access_log=False), map=socket_map, host="127.0.0.1", port=0
+    )
+    idle = socket.create_connection(("127.0.0.1", server.effective_port))
+    busy = socket.create_connection(("127.0.0.1", server.effective_port))
+    busy.sendall(b"GET /v2/queues HTTP/1.1\r\nHost: x\r\n")  # the headers not ended
+    try:
+
+        def channels() -> List[Any]:
+            return [d for d in socket_map.values() if isinstance(d, HTTPChannel)]
+
+        while len(channels()) < 2 or not any(c.request for c in channels()):
+            wasyncore.loop(timeout=0.05, map=socket_map, use_poll=True, count=1)
+        assert service._close_idle(socket_map) is True
+        assert sorted(bool(c.will_close) for c in channels()) == [False, True]
+        assert [c.will_close for c in channels() if c.request] == [False]
+    finally:
+        idle.close()
+        busy.close()
+        server.task_dispatcher.shutdown()
+        for dispatcher in list(socket_map.values()):
+            dispatcher.close()
+        data.close()
+    assert service._close_idle({}) is False
