@@ -1103,18 +1103,36 @@ def _printable(text: str) -> str:
     return quote(_latin1(text), safe="/!$&'()*+,;=:@-._~[]")
 
 
-class _UntilMarked(logging.Filter):
-    """Passes every record but QueueLog.close()'s marker, which it notes as reached."""
+class _DescriptorWriter(logging.Handler):
+    """QueueLog's listener's handler: each line to its stream's descriptor, holding no lock while
+    it writes (logging's exit takes every handler's lock, and the stream's buffer has one: a
+    stream nobody reads blocks a write forever).  ``reached``: set when close()'s marker comes."""
 
-    def __init__(self) -> None:
+    def __init__(self, stream: Any) -> None:
         super().__init__()
+        self.stream = stream
         self.reached = threading.Event()
+        # Each line stamped in UTC to the millisecond.
+        self.formatter = logging.Formatter(
+            "%(asctime)s.%(msecs)03dZ %(message)s", "%Y-%m-%dT%H:%M:%S"
+        )
+        self.formatter.converter = time.gmtime
 
-    def filter(self, record: logging.LogRecord) -> bool:
+    def handle(self, record: logging.LogRecord) -> bool:  # type: ignore[override]
         if record.msg is self.reached:
             self.reached.set()
-            return False
+        else:
+            self.emit(record)  # only the listener's thread calls it: no lock
         return True
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = self.format(record) + "\n"
+        try:
+            os.write(self.stream.fileno(), line.encode("utf-8", "backslashreplace"))
+        except (AttributeError, io.UnsupportedOperation):  # no descriptor (a StringIO)
+            self.stream.write(line)
+        except OSError:
+            self.handleError(record)
 
 
 class QueueLog(logging.handlers.QueueHandler):
@@ -1126,14 +1144,9 @@ class QueueLog(logging.handlers.QueueHandler):
     def __init__(self, stream: Any) -> None:
         super().__init__(queue.Queue(ACCESS_LOG_BACKLOG))
         self.dropped = 0  # not exact under races: a count for the operator, never a wait
-        # Each line stamped in UTC to the millisecond.
-        formatter = logging.Formatter("%(asctime)s.%(msecs)03dZ %(message)s", "%Y-%m-%dT%H:%M:%S")
-        formatter.converter = time.gmtime
-        writer = logging.StreamHandler(stream)
-        writer.setFormatter(formatter)
-        self._marked = _UntilMarked()
-        writer.addFilter(self._marked)
-        self.listener = logging.handlers.QueueListener(self.queue, writer)
+        self._closed = False
+        self._writer = _DescriptorWriter(stream)
+        self.listener = logging.handlers.QueueListener(self.queue, self._writer)
         self.listener.start()
 
     def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
@@ -1152,12 +1165,13 @@ class QueueLog(logging.handlers.QueueHandler):
     def close(self) -> None:
         """Write the records taken so far, waiting at most ACCESS_LOG_CLOSE_TIMEOUT for the
         stream; then stop the listener if it is free (else its daemon thread ends with us)."""
-        if self._marked.reached.is_set():  # closed already (logging closes it again at exit)
+        if self._closed:  # logging closes it again at exit
             return
+        self._closed = True
         with contextlib.suppress(queue.Full):
-            marker = logging.makeLogRecord({"msg": self._marked.reached})
+            marker = logging.makeLogRecord({"msg": self._writer.reached})
             self.queue.put(marker, timeout=ACCESS_LOG_CLOSE_TIMEOUT)
-        if self._marked.reached.wait(ACCESS_LOG_CLOSE_TIMEOUT):
+        if self._writer.reached.wait(ACCESS_LOG_CLOSE_TIMEOUT):
             with contextlib.suppress(queue.Full):  # full again: its daemon thread ends with us
                 self.listener.stop()
         super().close()

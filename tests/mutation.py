@@ -679,8 +679,8 @@ MUTANTS: List[Mutant] = [
     M(
         "log",
         "app.py",
-        "if self._marked.reached.wait(ACCESS_LOG_CLOSE_TIMEOUT):",
-        "if self._marked.reached.wait():",
+        "if self._writer.reached.wait(ACCESS_LOG_CLOSE_TIMEOUT):",
+        "if self._writer.reached.wait():",
         tuple(SERVER),
     ),
     M(
@@ -876,7 +876,7 @@ MUTANTS: List[Mutant] = [
     M(
         "plugin",
         "testing.py",
-        "        self.days.clear()\n",
+        "        self._double.clear()\n",
         "        pass\n",
         ("tests/test_plugin.py",),
     ),
