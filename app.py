@@ -695,6 +695,7 @@ ROUTES: Dict[Tuple[str, str], Handler] = {
     ("GET", "/v2/keys"): get_signing_keys,
     ("GET", HEALTH_PATH): typing.cast(Handler, health),  # no token: Service answers it so
 }
+HEALTH_CHECK = ROUTES["GET", HEALTH_PATH]
 READS = ("GET", "HEAD")
 #: Each route's methods, in the table's order (a 405 names them).
 METHODS: Dict[str, Tuple[str, ...]] = {}
@@ -751,7 +752,7 @@ class Service:
                 raise Forbidden(FROM_A_PAGE, why="from a web page")
             method, path = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", "")
             handler, name = match(method, path, self.source.writable)
-            if handler is health:  # the one route without a token
+            if handler is HEALTH_CHECK:  # the one route without a token
                 answer = health(self.source.status())
             else:
                 answer = handler(Asked(environ, self.source, self.account(environ), name))
@@ -1010,21 +1011,21 @@ class TestDouble:
     ) -> None:
         """Log a request of an account (``status`` None: dropped): no header, no query value."""
         query = environ.get("QUERY_STRING", "")
+        path = _latin1(environ.get("PATH_INFO", "")).decode("utf-8", "replace")
         document = {
             "method": environ.get("REQUEST_METHOD"),
-            "path": _latin1(environ.get("PATH_INFO", "")).decode("utf-8", "replace"),
+            "path": path,
             "query": sorted({field.partition("=")[0] for field in query.split("&") if field}),
             "body": body.document,
             "status": status,
         }
-        size = len(document["path"]) + len(query) + body.size
-        entry = LogEntry(document, size)
+        entry = LogEntry(document, len(path) + len(query) + body.size)
         with self._lock:
-            entries, size = self._log.setdefault(digest, (collections.deque(), [0]))
+            entries, total = self._log.setdefault(digest, (collections.deque(), [0]))
             entries.append(entry)
-            size[0] += entry.size
-            while len(entries) > REQUEST_LOG or size[0] > REQUEST_LOG_BYTES:
-                size[0] -= entries.popleft().size
+            total[0] += entry.size  # a one-item list: the deque's running size, in its tuple
+            while len(entries) > REQUEST_LOG or total[0] > REQUEST_LOG_BYTES:
+                total[0] -= entries.popleft().size
 
 
 class LoggedBody(NamedTuple):
@@ -1118,7 +1119,7 @@ class _DescriptorWriter(logging.Handler):
         )
         self.formatter.converter = time.gmtime
 
-    def handle(self, record: logging.LogRecord) -> bool:  # type: ignore[override]
+    def handle(self, record: logging.LogRecord) -> bool:
         if record.msg is self.reached:
             self.reached.set()
         else:
@@ -1170,7 +1171,9 @@ class QueueLog(logging.handlers.QueueHandler):
         self._closed = True
         with contextlib.suppress(queue.Full):
             marker = logging.makeLogRecord({"msg": self._writer.reached})
-            self.queue.put(marker, timeout=ACCESS_LOG_CLOSE_TIMEOUT)
+            typing.cast("queue.Queue[Any]", self.queue).put(
+                marker, timeout=ACCESS_LOG_CLOSE_TIMEOUT
+            )
         if self._writer.reached.wait(ACCESS_LOG_CLOSE_TIMEOUT):
             with contextlib.suppress(queue.Full):  # full again: its daemon thread ends with us
                 self.listener.stop()
@@ -1410,7 +1413,7 @@ def _drop_connection() -> Exception:
     documented way for an app to say its client is gone)."""
     from waitress.channel import ClientDisconnected
 
-    return ClientDisconnected()
+    return typing.cast(Exception, ClientDisconnected())
 
 
 class Stopper:

@@ -140,7 +140,7 @@ MUTANTS: List[Mutant] = [
     M(
         "path",
         "app.py",
-        "            if handler is health:  # the one route without a token",
+        "            if handler is HEALTH_CHECK:  # the one route without a token",
         "            if False:  # the one route without a token",
         ("tests/test_health.py",),
     ),

@@ -243,7 +243,8 @@ def test_the_log_is_bounded_in_bytes_and_never_reads_a_reads_body(
         def read(self, *args: Any) -> bytes:
             raise AssertionError("a GET's body was read")
 
-    get = call(app, headers=bearer(TOKEN_A), CONTENT_LENGTH="5", **{"wsgi.input": Unread()})
+    unread: Dict[str, Any] = {"wsgi.input": Unread(), "CONTENT_LENGTH": "5"}
+    get = call(app, headers=bearer(TOKEN_A), **unread)
     assert get.status == 200 and log(app)[-1]["body"] is None
 
 
