@@ -30,7 +30,6 @@ import threading
 import time
 import typing
 import weakref
-from functools import partial
 from http import HTTPStatus
 from typing import (
     TYPE_CHECKING,
@@ -783,34 +782,30 @@ _ALLOWED = {
 }
 
 
-class ItemChange(NamedTuple):
-    """A write's change to one item, as store.DataFile.update takes it."""
-
-    name: str  # the item's
-    make: Callable[..., Tuple[Optional[store.Item], str]]  # one of store's changes
-    args: Tuple[Any, ...]  # what it takes after the item and the time
-
-
-def change(environ: WSGIEnvironment, target: Target) -> ItemChange:
-    """The change that a write asks for, from its route and body; BadRequest for a bad one."""
-    name = target.name or ""
+def change(environ: WSGIEnvironment, target: Target, source: store.DataFile) -> store.Edit:
+    """The edit that a write asks for, from its route and body; BadRequest for a bad one."""
+    name, method = target.name or "", environ.get("REQUEST_METHOD")
+    if target.route == RESET_PATH:  # the account as the server started: a test's fresh state
+        return lambda account, now: store.put_back(account, now, source.first)
     if target.route == "/v2/queues":
         return _upsert(_body(environ))
-    if target.route.endswith("/endpoints") and environ.get("REQUEST_METHOD") == "POST":
+    if target.route.endswith("/endpoints") and method == "POST":
         if len(name) > MAX_NAME:
             raise BadRequest("bad request: a URL group's name is at most %d characters" % MAX_NAME)
-        return ItemChange(name, store.add_endpoints, (name, _endpoints(_body(environ), True)))
+        added = _endpoints(_body(environ), True)
+        return lambda account, now: store.add_endpoints(account, now, name, added)
     if target.route.endswith("/endpoints"):
-        return ItemChange(name, store.remove_endpoints, (_endpoints(_body(environ), False),))
-    if target.route.endswith("/pause"):
-        return ItemChange(name, store.pause_queue, (True,))
-    if target.route.endswith("/resume"):
-        return ItemChange(name, store.pause_queue, (False,))
-    return ItemChange(name, store.delete_item, ())
+        gone = _endpoints(_body(environ), False)
+        return lambda account, now: store.remove_endpoints(account, now, name, gone)
+    if target.route.endswith("/pause") or target.route.endswith("/resume"):
+        paused = target.route.endswith("/pause")
+        return lambda account, now: store.pause_queue(account, now, name, paused)
+    delete = store.delete_queue if target.collection == "/v2/queues" else store.delete_url_group
+    return lambda account, now: delete(account, now, name)
 
 
-def _upsert(body: Dict[str, Any]) -> ItemChange:
-    """The change of a queue's upsert (``queueName``, ``parallelism``, ``paused``)."""
+def _upsert(body: Dict[str, Any]) -> store.Edit:
+    """The edit of a queue's upsert (``queueName``, ``parallelism``, ``paused``)."""
     name = _field(
         body,
         "queueName",
@@ -824,7 +819,7 @@ def _upsert(body: Dict[str, Any]) -> ItemChange:
         "a whole number from 1 to 2**53 - 1 (1 if left out)",
     )
     paused = _field(body, "paused", lambda v: v is None or type(v) is bool, "true or false")
-    return ItemChange(name, store.upsert_queue, (name, parallelism, paused))
+    return lambda account, now: store.upsert_queue(account, now, name, parallelism, paused)
 
 
 def _written(why: str) -> Answer:
@@ -838,16 +833,9 @@ def write(
     environ: WSGIEnvironment, source: store.DataFile, account: store.Account, target: Target
 ) -> Answer:
     """Make a QStash write, or the reset, to the token's account: 200 once it is on disk."""
-    digest = account.token_sha256
-    if target.route == RESET_PATH:  # the account as the server started: a test's fresh state
-        save = partial(source.restore, digest)
-    else:
-        asked = change(environ, target)
-        field = FIELDS[target.collection][0]
-        save = partial(source.update, digest, field, asked.name, asked.make, *asked.args)
     try:
-        return _written(save())
-    except KeyError:
+        return _written(source.update(account.token_sha256, change(environ, target, source)))
+    except store.NoSuchAccount:
         raise Unauthorized("account gone") from None
     except store.NoSuchItem:  # an item's change: the name is the path's
         raise _no_such(FIELDS[target.collection][1], target.name or "") from None
@@ -1204,7 +1192,7 @@ def read_settings(
 
 
 #: Load a data file and keep it fresh: ``open_data(path, token, interval, fallback=, max_size=,
-#: required=, writable=, waiting_writes=)`` (see store.DataFile and store.parse).
+#: required=, writable=)`` (see store.DataFile and store.parse).
 open_data = store.DataFile
 
 
@@ -1244,9 +1232,9 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
 
 
 def _data_file(
-    settings: Mapping[str, Any], fallback: Optional[str], required: bool, threads: int = 0
+    settings: Mapping[str, Any], fallback: Optional[str], required: bool
 ) -> store.DataFile:
-    """The data file of ``settings``; half of ``threads``, if known, may wait for another's lock."""
+    """The data file of ``settings``."""
     return open_data(
         settings["data"],
         settings["token"],
@@ -1255,7 +1243,6 @@ def _data_file(
         max_size=settings["max_size"],
         required=required,
         writable=settings["writable"],
-        waiting_writes=threads // 2 if threads else store.WAITING_WRITES,
     )
 
 
@@ -1311,7 +1298,7 @@ def _start(settings: Mapping[str, Any], quiet: bool, prog: str) -> int:
     fallback = _fallback(settings["host"])
     log = _log_to_stderr(quiet)
     try:
-        data = _data_file(settings, fallback, required=True, threads=settings["threads"])
+        data = _data_file(settings, fallback, required=True)
     except store.DataError as exc:
         return _not_loaded(exc, settings["data"], prog)
     try:
@@ -1684,7 +1671,7 @@ def _run_command(settings: Mapping[str, Any], args: argparse.Namespace, prog: st
             copy = os.path.join(folder, os.path.basename(path))
             shutil.copyfile(path, copy)
             copied = dict(settings, data=copy, writable=True)
-            data = _data_file(copied, fallback, required=True, threads=settings["threads"])
+            data = _data_file(copied, fallback, required=True)
             try:
                 with serving(data, settings["host"], port, settings["threads"], resets=True) as url:
                     if not args.quiet:

@@ -71,8 +71,7 @@ def _serving(raw: bytes, source: str, token: Optional[str], days: Any = True) ->
     with tempfile.TemporaryDirectory(prefix="qstash-lists-") as folder:
         path = os.path.join(folder, "data.json")
         Path(path).write_bytes(raw)
-        waiting = app.SERVING_THREADS // 2  # waiting writes hold at most half its threads
-        data = app.open_data(path, token, 3600, writable=True, waiting_writes=waiting)
+        data = app.open_data(path, token, 3600, writable=True)
         try:
             with app.serving(data, resets=days) as url:
                 yield Server(url, clients, path), data
