@@ -57,12 +57,12 @@ READ_ATTEMPTS = 4  # reads of a file that changes while it is read, in one look,
 RACY_SECONDS = 2.0
 #: How long a write waits for another's (then 503): a worker thread is held no longer.
 LOCK_TIMEOUT = 1.0
+#: How long another process may hold the lock, writing nothing, before it is taken as stuck: then
+#: the writes that wait behind this process's write at work are refused at once (503), leaving
+#: threads for reads (a write holds it for milliseconds).
+LOCK_STUCK = 0.5
 #: Versions saved by hand while one write works that it redoes its change on, before a 409.
 WRITE_ATTEMPTS = 3
-#: The writes a process may have at work while another process holds the lock (then 503 at once),
-#: so that waiting writes never hold every thread a read needs: a server whose thread count is
-#: known gives half of it (python app.py, testing.serve); this is for the others.
-WAITING_WRITES = 8
 _READ_CHUNK = 1 << 24
 _MISSING: Any = object()  # a key the object does not have (its fault is said once, as missing)
 #: A file of several accounts as the writer writes it: _OPEN, each account's ``lines`` with
@@ -856,33 +856,35 @@ class _Held(NamedTuple):
 
 @contextlib.contextmanager
 def _locked(
-    path: str, deadline: float, waiting: Callable[[bool], None] = lambda _: None
+    path: str, deadline: float, stuck: Callable[[bool], None] = lambda _: None
 ) -> Iterator[_Held]:
     """Take every writer's lock (``flock``) on the file ``path`` leads to, until ``deadline`` at
-    the most (then Busy); ``waiting(True)`` while another process holds it, ``waiting(False)`` once
-    it is had or given up.  A file replaced or re-pointed while the lock was awaited: the lock on
-    the new one."""
+    the most (then Busy); ``stuck(True)`` once another process has held it for LOCK_STUCK and
+    written nothing meanwhile (one at work renames a version every few milliseconds),
+    ``stuck(False)`` once it is had.  A file
+    replaced or re-pointed while the lock was awaited: the lock on the new one, at once the first
+    time, then paced as a held lock is (no flock waits with a timeout: it is tried each
+    millisecond)."""
     import fcntl  # POSIX only: writes need it, reads do not
 
-    pause = 0.001
-    try:
-        while True:
-            target = os.path.realpath(path)
-            fd = _open(target)
+    replaced, seen, began = 0, _stat(path), time.monotonic()
+    while True:
+        at_once = False  # the first file found replaced is tried again at once
+        target = os.path.realpath(path)
+        fd = _open(target)
+        try:
             try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        locked = "another process kept the file locked for %g s" % LOCK_TIMEOUT
-                        raise _busy(path, locked) from None
-                    waiting(True)
-                    time.sleep(pause)
-                    pause = min(pause * 2, 0.05)
-                    continue
-                waiting(False)
-                # Read through a description of its own, which may be held open after the lock
-                # is let go (see _Served._hold): a copy of this one would keep the lock.
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                on_disk = _stat(path)
+                if on_disk != seen:  # another process's write made: at work, not stuck
+                    seen, began = on_disk, time.monotonic()
+                elif time.monotonic() - began > LOCK_STUCK:
+                    stuck(True)
+            else:
+                stuck(False)
+                # Read through a description of its own, which may be held open after the lock is
+                # let go (see _Served._hold): a copy of this one would keep the lock.
                 held = _Held(_open(target), target, os.fstat(fd))
                 try:
                     if _same_file(os.fstat(held.fd), held.stat) and held.names(
@@ -892,10 +894,14 @@ def _locked(
                         return
                 finally:
                     os.close(held.fd)
-            finally:
-                os.close(fd)  # lets go of the lock
-    finally:
-        waiting(False)
+                replaced += 1
+                at_once = replaced == 1
+        finally:
+            os.close(fd)  # lets go of the lock
+        if time.monotonic() > deadline:
+            raise _busy(path, "another process kept the file locked for %g s" % LOCK_TIMEOUT)
+        if not at_once:
+            time.sleep(0.001)  # a lock another process lets go of is taken within a millisecond
 
 
 def _busy(path: str, why: str) -> Busy:
@@ -990,52 +996,87 @@ def _too_large(source: str, size: int, max_size: int) -> TooLarge:
     return TooLarge(["%s: would be %s, %s; it is unchanged" % (source, megabytes(size), over)])
 
 
-# ---- The changes a write makes to one item -----------------------------------------------------
-# Each takes the item as it is (None: there is none) and the time (Unix milliseconds), and returns
-# the item as it is to be (None: removed; the same object: nothing to write) and what it did, for
-# the access log; NoSuchItem where there is nothing to change.  updatedAt never before createdAt;
-# each costs what the item holds.
+# ---- The edits a write makes to one account ---------------------------------------------------
+# Each takes the account as it is and the time (Unix milliseconds), and returns the account as it
+# is to be (the very same object: nothing to write, the file left byte for byte) and what it did,
+# for the access log; NoSuchItem where there is nothing to change.  updatedAt never before
+# createdAt; each costs what the account's items are (unchanged ones keep their encoded bytes).
+#: An edit of an account at a time: the account as it is to be, and what it did.
+Edit = Callable[["Account", int], "tuple[Account, str]"]
+
+
 class NoSuchItem(Exception):
     """A write that changes an item the account does not have (a 404)."""
 
 
+class NoSuchAccount(Exception):
+    """A write for an account the file no longer has (its token was taken out meanwhile)."""
+
+
+def _with_item(account: Account, kind: str, name: str, item: Optional[Item]) -> Account:
+    """``account`` with its item ``name`` of ``kind`` ("queues", "url_groups") made ``item``
+    (None: removed); a new Account, so that what is encoded of the old one (its cache) is not
+    served for it."""
+    items = getattr(account, kind)
+    if item is None:
+        items = {key: value for key, value in items.items() if key != name}
+    else:
+        items = {**items, name: item}  # in its place, if it was there
+    return dataclasses.replace(account, **{kind: items})  # type: ignore[arg-type]
+
+
 def upsert_queue(
-    queue: Optional[Queue], now: int, name: str, parallelism: Optional[int], paused: Optional[bool]
-) -> tuple[Optional[Item], str]:
-    """Create the queue ``name`` (parallelism 1 if not given), or update what is given of it."""
+    account: Account, now: int, name: str, parallelism: Optional[int], paused: Optional[bool]
+) -> tuple[Account, str]:
+    """Create the queue ``name`` (parallelism 1 if not given), or update what is given of it (a
+    queue that it leaves as it was keeps its updatedAt, so that a file under version control stays
+    clean when an app upserts its queue at each start)."""
+    queue = account.queues.get(name)
     if queue is None:
         created = Queue(now, now, name, 1 if parallelism is None else parallelism, 0, bool(paused))
-        return created, "queue created"
+        return _with_item(account, "queues", name, created), "queue created"
+    parallelism = queue.parallelism if parallelism is None else parallelism
+    paused = queue.paused if paused is None else paused
+    if (parallelism, paused) == (queue.parallelism, queue.paused):
+        return account, "queue unchanged"
     updated = dataclasses.replace(
-        queue,
-        updated_at=max(now, queue.created_at),
-        parallelism=(queue.parallelism if parallelism is None else parallelism),
-        paused=queue.paused if paused is None else paused,
+        queue, updated_at=max(now, queue.created_at), parallelism=parallelism, paused=paused
     )
-    return updated, "queue updated"
+    return _with_item(account, "queues", name, updated), "queue updated"
 
 
-def pause_queue(queue: Optional[Queue], now: int, paused: bool) -> tuple[Optional[Item], str]:
-    """Pause or resume a queue: a change only if it was not already so."""
+def pause_queue(account: Account, now: int, name: str, paused: bool) -> tuple[Account, str]:
+    """Pause or resume the queue ``name``: a change only if it was not already so."""
+    queue = account.queues.get(name)
     if queue is None:
         raise NoSuchItem()
     if queue.paused == paused:
-        return queue, "already " + ("paused" if paused else "running")
+        return account, "already " + ("paused" if paused else "running")
     changed = dataclasses.replace(queue, updated_at=max(now, queue.created_at), paused=paused)
-    return changed, "paused" if paused else "resumed"
+    return _with_item(account, "queues", name, changed), "paused" if paused else "resumed"
 
 
-def delete_item(item: Optional[Item], now: int) -> tuple[Optional[Item], str]:
-    """Delete a URL group or queue: nothing to do if there is none."""
-    return None, "deleted" if item is not None else "not there"
+def delete_queue(account: Account, now: int, name: str) -> tuple[Account, str]:
+    """Delete the queue ``name``: nothing to do if there is none."""
+    if name not in account.queues:
+        return account, "not there"
+    return _with_item(account, "queues", name, None), "deleted"
+
+
+def delete_url_group(account: Account, now: int, name: str) -> tuple[Account, str]:
+    """Delete the URL group ``name``: nothing to do if there is none."""
+    if name not in account.url_groups:
+        return account, "not there"
+    return _with_item(account, "url_groups", name, None), "deleted"
 
 
 def add_endpoints(
-    group: Optional[UrlGroup], now: int, name: str, endpoints: list[Endpoint]
-) -> tuple[Optional[Item], str]:
+    account: Account, now: int, name: str, endpoints: list[Endpoint]
+) -> tuple[Account, str]:
     """Add ``endpoints`` to the URL group ``name``, creating it: a named one replaces the one of its
     name, an unnamed one is added unless the group has the same URL without a name (found by an
     index, not a search)."""
+    group = account.url_groups.get(name)
     have = list(group.endpoints) if group is not None else []
     where = {(e.name, e.url if e.name is None else None): i for i, e in enumerate(have)}
     for endpoint in endpoints:
@@ -1043,14 +1084,18 @@ def add_endpoints(
             (endpoint.name, endpoint.url if endpoint.name is None else None), len(have)
         )
         have[i : i + 1] = [endpoint]
+    if group is not None and tuple(have) == group.endpoints:
+        return account, "endpoints there already"
     created = now if group is None else group.created_at
-    return UrlGroup(created, max(now, created), name, tuple(have)), "endpoints added"
+    added = UrlGroup(created, max(now, created), name, tuple(have))
+    return _with_item(account, "url_groups", name, added), "endpoints added"
 
 
 def remove_endpoints(
-    group: Optional[UrlGroup], now: int, gone: list[dict[str, str]]
-) -> tuple[Optional[Item], str]:
+    account: Account, now: int, name: str, gone: list[dict[str, str]]
+) -> tuple[Account, str]:
     """Remove each endpoint with every field given (url, name or both); an emptied group goes."""
+    group = account.url_groups.get(name)
     if group is None:
         raise NoSuchItem()
     names = {g["name"] for g in gone if "url" not in g}
@@ -1062,11 +1107,22 @@ def remove_endpoints(
         if e.name not in names and e.url not in urls and (e.name, e.url) not in both
     )
     if len(kept) == len(group.endpoints):
-        return group, "no endpoint matched"
+        return account, "no endpoint matched"
     if not kept:
-        return None, "endpoints removed, URL group deleted"
+        return _with_item(account, "url_groups", name, None), "endpoints removed, URL group deleted"
     changed = dataclasses.replace(group, updated_at=max(now, group.created_at), endpoints=kept)
-    return changed, "endpoints removed"
+    return _with_item(account, "url_groups", name, changed), "endpoints removed"
+
+
+def put_back(account: Account, now: int, first: Optional[Store]) -> tuple[Account, str]:
+    """The account as the store ``first`` has it (a test double's reset; an account it does not
+    have: empty)."""
+    kept = first.by_digest.get(account.token_sha256) if first is not None else None
+    if kept is None:
+        kept = dataclasses.replace(account, url_groups={}, queues={})
+    if kept.lines == account.lines:
+        return account, "already as it was"
+    return kept, "put back as it was"
 
 
 # ---- The version in service: what the file held when it was last judged -------------------------
@@ -1255,87 +1311,6 @@ class _Served:
             self._hold(-1)
 
 
-# ---- The writer: one batch at a time, under every process's lock --------------------------------
-@dataclass(eq=False)
-class _Write:
-    """One change waiting for this process's writer, then its outcome."""
-
-    change: "Edit"
-    did: Optional[str] = None  # what it did, once written
-    error: Optional[Exception] = None  # or why it was not
-
-    @property
-    def answered(self) -> bool:
-        return self.did is not None or self.error is not None
-
-
-#: A change of the store at a time (Unix milliseconds): the store with it made, and what it did.
-Edit = Callable[[Store, int], "tuple[Store, str]"]
-
-
-class _GroupCommit:
-    """The writes of one process, written in batches: the writes that come while one batch is
-    written wait for it, then go in the next, in one version of the file (one fsync for a burst).
-
-    Who waits, who writes, who answers: a write joins ``_queue`` (under ``_queue_lock``), then
-    takes ``_writing``.  The thread that has it takes the whole queue as its batch and has
-    ``write_batch`` make it: every write of the batch gets its outcome there.  A write that a
-    batch took waits for ``_writing`` only to read its outcome; one still queued when its time
-    is up withdraws (Busy).  While another process holds the flock (``_contended``), at most
-    ``waiting`` writes wait here, the one at work included (the first always waits); the rest
-    are Busy at once, so that waiting writes leave threads for reads."""
-
-    def __init__(self, path: str, waiting: int) -> None:
-        self.path = path
-        self._waiting = waiting
-        self._writing = threading.Lock()  # the batch at work, from the flock to the rename
-        self._queue_lock = threading.Lock()  # guards _queue and _contended; never held long
-        self._queue: list[_Write] = []
-        self._contended = False  # the batch at work waits for another process's flock
-
-    def write(self, change: Edit, write_batch: Callable[[list[_Write], float], None]) -> str:
-        """Make ``change`` in the next batch (see ``write_batch``): what it did, or why not."""
-        write = _Write(change)
-        deadline = time.monotonic() + LOCK_TIMEOUT
-        with self._queue_lock:
-            # The batch at work holds a thread too: it is not in the queue.
-            if self._contended and len(self._queue) + 1 >= self._waiting:
-                waiting = "%d writes here wait for it already" % (len(self._queue) + 1)
-                raise _busy(self.path, "another process holds the lock, and " + waiting)
-            self._queue.append(write)
-        if not self._writing.acquire(timeout=LOCK_TIMEOUT):
-            with self._queue_lock:
-                if write in self._queue:  # not taken by the batch at work: withdrawn
-                    self._queue.remove(write)
-                    before = "the writes before this one took over %g s" % LOCK_TIMEOUT
-                    raise _busy(self.path, before)
-            self._writing.acquire()  # taken: its outcome comes with that batch
-        try:
-            if not write.answered:
-                with self._queue_lock:
-                    batch, self._queue = self._queue, []
-                write_batch(batch, deadline)
-        finally:
-            self._writing.release()
-        # Hand the interpreter over: the writes answered with this one (each waiting for
-        # _writing) take their answers now, not after this thread's request is done.
-        time.sleep(0)
-        if write.error is not None:
-            raise write.error
-        return cast(str, write.did)
-
-    def contended(self, waiting: bool) -> None:
-        """Note whether the batch at work waits for another process's flock (see _locked)."""
-        with self._queue_lock:
-            self._contended = waiting
-
-    def after_fork(self) -> None:
-        self._writing = threading.Lock()
-        self._queue_lock = threading.Lock()
-        self._queue = []
-        self._contended = False
-
-
 # ---- DataFile: the version in service, its reloader and its writer -------------------------------
 class DataFile:
     """The last good :class:`Store` of a data file that may change while it is served, and its one
@@ -1345,13 +1320,13 @@ class DataFile:
     changed version in service whole (see _Served); a fault is logged when it starts and ends,
     and the last good version stays.  ``token``, ``fallback``: see :func:`parse`.  The first
     load raises DataError if ``required``; else :meth:`current` is None until a good version
-    appears.  ``writable``: :meth:`update` writes the file (see _GroupCommit, _write_held), and
-    :meth:`current` first loads another process's write.  ``waiting_writes``: see
-    WAITING_WRITES.
+    appears.  ``writable``: :meth:`update` writes the file, and :meth:`current` first loads
+    another process's write.
 
-    The locks, in the order they are taken: the writer's ``_writing`` (see _GroupCommit), the
-    ``flock`` on the data file (see _locked), then _Served's ``_lock``; _GroupCommit's
-    ``_queue_lock`` is held only for a moment, never while another lock is awaited."""
+    The locks, in the order they are taken: ``_turn`` (this process's writes one at a time, see
+    update), the ``flock`` on the data file (every process's, see _locked), then _Served's
+    ``_lock`` (the version in service).  ``_turn`` is held only for a moment: a write holds its
+    turn as ``_writing``, not the lock."""
 
     def __init__(
         self,
@@ -1363,7 +1338,6 @@ class DataFile:
         max_size: int = DEFAULT_MAX_SIZE,
         required: bool = True,
         writable: bool = False,
-        waiting_writes: int = WAITING_WRITES,
     ) -> None:
         if interval <= 0:
             raise ValueError("interval must be positive")
@@ -1372,7 +1346,9 @@ class DataFile:
         self.max_size = max_size
         self.writable = writable
         self._served = _Served(path, token, fallback, max_size)
-        self._writer = _GroupCommit(path, waiting_writes)
+        self._turn = threading.Condition()  # guards _writing and _contended (see update)
+        self._writing = False  # a write of this process is at work, from the flock to the rename
+        self._contended = False  # another process keeps the flock (see _stuck)
         self._closed = False
         self._forked = False  # set in a forked child (after_fork) until its first call
         self._wake_receive: Optional[socket.socket] = None
@@ -1421,65 +1397,57 @@ class DataFile:
         self._served.close()
 
     # -- Writes ------------------------------------------------------------------------------------
-    def update(
-        self,
-        digest: bytes,
-        kind: str,
-        name: str,
-        change: Callable[..., tuple[Optional[Item], str]],
-        *args: Any,
-    ) -> str:
-        """Make ``change(item, now, *args)`` to the item ``name`` of ``kind`` ("queues",
-        "url_groups") of the account ``digest`` in the latest version, write the file, serve it
-        and say what it did; or KeyError (no such account), NoSuchItem, TooLarge,
-        Unloadable (a file that does not load: kept), Busy (the lock not had in time), DataError
-        (unwritable)."""
-        change_item = partial(self._item_changed, digest, kind, name, change, args)
-        return self._writer.write(change_item, self._write_batch)
+    @property
+    def first(self) -> Optional[Store]:
+        """The first good store this DataFile served (or was given by replace): a reset's."""
+        return self._served.first
 
-    def restore(self, digest: bytes) -> str:
-        """Put the account ``digest`` back as the first version this DataFile loaded had it (an
-        account it did not have: empty), written as update writes; say what it did."""
-        return self._writer.write(partial(self._account_restored, digest), self._write_batch)
+    def update(self, digest: bytes, edit: Edit) -> str:
+        """Make ``edit`` to the account ``digest`` in the latest version, write the file, serve it
+        and say what it did; or NoSuchAccount, NoSuchItem, TooLarge, Unloadable (a file that does
+        not load: kept), Busy (the lock not had in time), DataError (unwritable).
 
-    def replace(self, raw: bytes) -> Store:
-        """Write the data file ``raw`` (checked first, as a load would: DataError) whole, under
-        every writer's lock, whatever the file holds now (one that does not load too: a test
-        double's put-back), and serve it; return its store."""
-        fresh = parse(raw, self.path, self._served._token, self._served._fallback)
-        if fresh.size > self.max_size:
-            raise _too_large(self.path, fresh.size, self.max_size)
-        # The flock is per open file: this process's own batches wait for it as others' do.
-        with _locked(self.path, time.monotonic() + LOCK_TIMEOUT) as held:
-            with _new_version(held.target, fresh.lines, held.stat, self.path) as new:
-                with self._served._lock:
-                    os.replace(new.path, held.target)
-                    signature = _signature(os.fstat(new.fd))
-                    self._served.put(new.fd, signature, fresh, fresh.lines)
-        return fresh
-
-    def _write_batch(self, batch: list[_Write], deadline: float) -> None:
-        """Make every change of ``batch`` in one version of the file, written once; each gets its
-        outcome.  Precondition: the writer's _writing is held."""
+        One write of this process at a time; once one has waited LOCK_STUCK for another process's
+        flock, every other write is Busy at once until the flock is had, so that waiting writes
+        never hold the threads a read needs."""
+        deadline = time.monotonic() + LOCK_TIMEOUT
+        with self._turn:
+            while self._writing:
+                if self._contended:
+                    raise _busy(self.path, "another process holds the lock")
+                if not self._turn.wait(deadline - time.monotonic()):
+                    raise _busy(
+                        self.path, "the writes before this one took over %g s" % LOCK_TIMEOUT
+                    )
+            self._writing = True
         try:
             for _ in range(WRITE_ATTEMPTS):
-                with _locked(self.path, deadline, self._writer.contended) as held:
-                    if self._write_held(held, batch):
-                        return
+                with _locked(self.path, deadline, self._stuck) as held:
+                    did = self._write_held(held, digest, edit)
+                    if did is not None:
+                        return did
             saved = "saved by another hand %d times while a write was made" % WRITE_ATTEMPTS
             raise FileChanging(["%s: %s; nothing was written" % (self.path, saved)])
-        except Exception as exc:
-            for write in batch:
-                write.did, write.error = None, exc
+        finally:
+            with self._turn:
+                self._writing = False
+                self._turn.notify()
 
-    def _write_held(self, held: _Held, batch: list[_Write]) -> bool:
-        """Make ``batch`` on the bytes of the file ``held`` (the store in service if it holds
-        them, else their own, put in service; Unloadable if they do not load: never overwritten),
-        and swap the new version in if the path still leads to that file unchanged; tell whether
-        that was done (else: again, on the new file)."""
+    def _stuck(self, stuck: bool) -> None:
+        """Note whether the write at work waits for a flock another process keeps (see _locked):
+        until the flock is had, the writes that wait for their turn are Busy at once."""
+        with self._turn:
+            self._contended = stuck
+            self._turn.notify_all()
+
+    def _write_held(self, held: _Held, digest: bytes, edit: Edit) -> Optional[str]:
+        """Make ``edit`` on the bytes of the file ``held`` (the store in service if it holds them,
+        else their own, put in service; Unloadable if they do not load: never overwritten), and
+        swap the new version in if the path still leads to that file as it was read; say what
+        the edit did, or None if the file changed meanwhile (then again, on the new file)."""
         found = _read_open(held.fd, self.path, self.max_size)
         if found is None:  # written into meanwhile, by hand
-            return False
+            return None
         served = self._served
         with served._lock:
             try:
@@ -1490,86 +1458,55 @@ class DataFile:
                 raise Unloadable(
                     ["%s: does not load (the fault is logged); nothing was written" % self.path]
                 ) from None
-        fresh = self._apply(store, batch)
-        if fresh is store:
-            return True
+        account = store.by_digest.get(digest)
+        if account is None:
+            raise NoSuchAccount()
+        changed, did = edit(account, int(time.time() * 1000))
+        if changed is account:
+            return did
+        fresh = self._with_account(store, account, changed)
         with _new_version(held.target, fresh.lines, held.stat, self.path) as new:
             with served._lock:  # a read waits for the swap only
                 if not _swap(new, held.target, held, found, self.max_size):
-                    return False
+                    return None
                 served.put(new.fd, _signature(os.fstat(new.fd)), fresh, fresh.lines)
-        return True
+        return did
 
-    def _apply(self, store: Store, batch: list[_Write]) -> Store:
-        """``store`` with each change of ``batch`` made that can be; each notes its outcome."""
-        now = int(time.time() * 1000)
-        for write in batch:
-            write.did, write.error = None, None
-            try:
-                store, write.did = write.change(store, now)
-            except (KeyError, NoSuchItem, TooLarge) as exc:  # this change's own
-                write.did, write.error = None, exc
-        return store
-
-    def _item_changed(
-        self,
-        digest: bytes,
-        kind: str,
-        name: str,
-        change: Callable[..., tuple[Optional[Item], str]],
-        args: tuple[Any, ...],
-        store: Store,
-        now: int,
-    ) -> tuple[Store, str]:
-        """The change of update(): ``store`` with ``change`` made to the item; KeyError if the
-        account is not there, TooLarge past a size limit (see _check_sizes)."""
-        account = store.by_digest[digest]
-        items = getattr(account, kind)
-        item = items.get(name)
-        new, did = change(item, now, *args)
-        if new is item:
-            return store, did
-        if new is None:
-            items = {key: value for key, value in items.items() if key != name}
-        else:
-            items = {**items, name: new}
-        changed = dataclasses.replace(account, **{kind: items})  # type: ignore[arg-type]
-        return self._with_account(store, account, changed), did
-
-    def _account_restored(self, digest: bytes, store: Store, now: int) -> tuple[Store, str]:
-        """The change of restore()."""
-        account = store.by_digest[digest]
-        first = self._served.first
-        kept = first.by_digest.get(digest) if first is not None else None
-        if kept is None:
-            kept = dataclasses.replace(account, url_groups={}, queues={})
-        if kept is account:
-            return store, "already as it was"
-        return self._with_account(store, account, kept), "put back as it was"
-
-    def _with_account(self, store: Store, account: Account, changed: Account) -> Store:
-        """``store`` with ``changed`` in place of ``account``; TooLarge past a size limit."""
-        at = store.accounts.index(account)
-        fresh = dataclasses.replace(
-            store, accounts=store.accounts[:at] + (changed,) + store.accounts[at + 1 :]
-        )
-        self._check_sizes(store, account, fresh, changed)
+    def replace(self, raw: bytes) -> Store:
+        """Write the data file ``raw`` (checked first, as a load would: DataError) whole, under
+        every writer's lock, whatever the file holds now (one that does not load too: a test
+        double's put-back), serve it, and make it what a reset puts back (first); return its
+        store."""
+        fresh = parse(raw, self.path, self._served._token, self._served._fallback)
+        if fresh.size > self.max_size:
+            raise _too_large(self.path, fresh.size, self.max_size)
+        with _locked(self.path, time.monotonic() + LOCK_TIMEOUT) as held:
+            with _new_version(held.target, fresh.lines, held.stat, self.path) as new:
+                with self._served._lock:
+                    os.replace(new.path, held.target)
+                    signature = _signature(os.fstat(new.fd))
+                    self._served.put(new.fd, signature, fresh, fresh.lines)
+                    self._served.first = fresh
         return fresh
 
-    def _check_sizes(self, store: Store, account: Account, fresh: Store, changed: Account) -> None:
-        """TooLarge if ``changed`` in place of ``account`` makes the account larger and over its
-        share of --max-size (none takes the others' room; one that holds more may shrink), or
-        ``fresh``'s file over --max-size (it would not load again)."""
-        share, size = self.max_size // len(store.accounts), len(changed.lines)
+    def _with_account(self, store: Store, account: Account, changed: Account) -> Store:
+        """``store`` with ``changed`` in place of ``account`` (the object: Account compares by
+        identity); TooLarge if ``changed`` makes the account larger and over its share of
+        --max-size (none takes the others' room; one that holds more may shrink), or the file over
+        --max-size (it would not load again)."""
+        accounts = tuple(changed if each is account else each for each in store.accounts)
+        fresh = dataclasses.replace(store, accounts=accounts)
+        share, size = self.max_size // len(accounts), len(changed.lines)
         if size > max(share, len(account.lines)):
             raise TooLarge(
                 [
                     "%s: this account would be %s, over its share of --max-size (%s: %d accounts)"
-                    % (self.path, megabytes(size), megabytes(share), len(store.accounts))
+                    % (self.path, megabytes(size), megabytes(share), len(accounts))
                 ]
             )
         if fresh.size > self.max_size:
             raise _too_large(self.path, fresh.size, self.max_size)
+        return fresh
 
     # -- The reloader thread and forks -------------------------------------------------------------
     def _start(self) -> None:
@@ -1641,7 +1578,8 @@ def after_fork() -> None:
     for data in list(_open_files):
         if not data._closed:
             data._served.after_fork()
-            data._writer.after_fork()
+            data._turn = threading.Condition()
+            data._writing = data._contended = False
             data._pair()  # a wake in the child, even before its first call, is its own
             data._forked = True
 

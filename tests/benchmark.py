@@ -969,9 +969,10 @@ def reload_after_write(data: Path, rounds: int) -> Tuple[float, float, int]:
     writer, reader = (store.DataFile(str(data), None, 3600, writable=True) for _ in range(2))
     reloads, parses = [], []
     for i in range(rounds):
-        writer.update(
-            digest, "queues", "queue-000001", store.upsert_queue, "queue-000001", i % 9 + 1, None
+        edit: store.Edit = functools.partial(
+            store.upsert_queue, name="queue-000001", parallelism=i % 9 + 1, paused=None
         )
+        writer.update(digest, edit)
         started = time.process_time()
         assert reader.refresh()
         reloads.append((time.process_time() - started) * 1000)

@@ -301,3 +301,16 @@ def eventually(check: Any, timeout: float = 10.0) -> Any:
             assert result, "still false after %.0f s" % timeout
             return result
         time.sleep(0.05)
+
+
+def upsert(
+    data: store.DataFile,
+    digest: bytes,
+    name: str,
+    parallelism: Optional[int] = None,
+    paused: Optional[bool] = None,
+) -> str:
+    """A queue's upsert as POST /v2/queues makes it, straight to ``data``: what it did."""
+    return data.update(
+        digest, lambda account, now: store.upsert_queue(account, now, name, parallelism, paused)
+    )

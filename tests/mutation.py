@@ -106,8 +106,8 @@ MUTANTS: List[Mutant] = [
     M(
         "isolation",
         "store.py",
-        "        account = store.by_digest[digest]\n        items = getattr(account, kind)",
-        "        account = store.accounts[0]\n        items = getattr(account, kind)",
+        "        account = store.by_digest.get(digest)\n",
+        "        account = store.accounts[0]\n",
         WRITES + SAFETY,
     ),
     # paths and names
@@ -449,15 +449,15 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "        updated_at=max(now, queue.created_at),\n        parallelism=",
-        "        created_at=now,\n        parallelism=",
+        "queue, updated_at=max(now, queue.created_at), parallelism=parallelism",
+        "queue, created_at=now, parallelism=parallelism",
         WRITES,
     ),
     M(
         "writes",
         "store.py",
-        "paused=queue.paused if paused is None else",
-        "paused=bool(paused) if paused is None else",
+        "paused = queue.paused if paused is None else paused",
+        "paused = bool(paused) if paused is None else paused",
         ("tests/test_sdks.py",) + WRITES,
     ),
     M("writes", "store.py", "    if not kept:\n", "    if False:\n", WRITES),
@@ -516,7 +516,7 @@ MUTANTS: List[Mutant] = [
     M(
         "safety",
         "store.py",
-        "        if not self._writing.acquire(timeout=LOCK_TIMEOUT):",
+        "                if not self._turn.wait(deadline - time.monotonic()):",
         "        if not self._writing.acquire():",
         SAFETY,
     ),
@@ -567,25 +567,25 @@ MUTANTS: List[Mutant] = [
     # issue 37: a write costs what it changes, writes that wait go together, another process reuses
     # what it keeps
     M(
-        "batch",
+        "writer",
         "store.py",
-        "            if not write.answered:\n",
-        "            if True:\n",
+        "                if self._contended:\n",
+        "                if False:\n",
+        WRITER,
+    ),
+    M(
+        "writer",
+        "store.py",
+        "                if on_disk != seen:  # another process's write made",
+        "                if False:  # another process's write made",
         WRITES,
     ),
     M(
-        "batch",
+        "writes",
         "store.py",
-        "                if write in self._queue:  # not taken",
-        "                if True:  # not taken",
-        WRITES + SAFETY,
-    ),
-    M(
-        "batch",
-        "store.py",
-        "except (KeyError, NoSuchItem, TooLarge) as exc:  # this change's own",
-        "except ():  # this change's own",
-        WRITES + SAFETY,
+        "        if changed is account:\n            return did",
+        "        if False:\n            return did",
+        WRITES,
     ),
     M("writes", "app.py", "if int(length) > MAX_BODY:", "if False:", WRITES),
     M(
@@ -818,8 +818,8 @@ MUTANTS: List[Mutant] = [
     M(
         "versions",
         "store.py",
-        "    finally:\n        waiting(False)",
-        "    finally:\n        pass",
+        "                stuck(False)\n",
+        "",
         VERSIONS,
     ),
     M("versions", "store.py", "    if exc.errno == errno.EBUSY:", "    if False:", VERSIONS),
@@ -978,11 +978,17 @@ MUTANTS: List[Mutant] = [
     M(
         "writer",
         "store.py",
-        "            if self._contended and len(self._queue) + 1 >= self._waiting:",
-        "            if False:",
+        "                    stuck(True)\n",
+        "                    pass\n",
         WRITER,
     ),
-    M("writer", "store.py", "                waiting(True)\n", "", WRITER),
+    M(
+        "writer",
+        "store.py",
+        "            self._contended = stuck\n",
+        "            self._contended = False\n",
+        WRITER,
+    ),
     M(
         "writer",
         "store.py",
@@ -1000,15 +1006,15 @@ MUTANTS: List[Mutant] = [
     M(
         "writer",
         "store.py",
-        "        if fresh.size > self.max_size:\n            raise _too_large(self.path, fresh.size, self.max_size)\n\n    #",
-        "        if False:\n            raise _too_large(self.path, fresh.size, self.max_size)\n\n    #",
+        "        if fresh.size > self.max_size:\n            raise _too_large(self.path, fresh.size, self.max_size)\n        return fresh",
+        "        if False:\n            raise _too_large(self.path, fresh.size, self.max_size)\n        return fresh",
         WRITER,
     ),
     M(
         "writer",
         "store.py",
-        "            target = os.path.realpath(path)\n            fd = _open(target)",
-        "            target = os.path.realpath(path) if pause == 0.001 else target\n            fd = _open(target)",
+        "        target = os.path.realpath(path)\n        fd = _open(target)",
+        "        target = os.path.realpath(path) if not replaced else target\n        fd = _open(target)",
         WRITER,
     ),
     M(

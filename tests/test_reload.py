@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set
 
 import pytest
-from helpers import Q_TEMPLATE, TOKEN_A, bearer, call, eventually, write_json
+from helpers import Q_TEMPLATE, TOKEN_A, bearer, call, eventually, upsert, write_json
 
 import app as service
 import store
@@ -677,18 +677,7 @@ def test_a_writable_processes_reloader_loads_anothers_writes_once_they_pause(pat
     write_json(path, version(1))
     writer = store.DataFile(str(path), None, 3600, writable=True)
     reader = store.DataFile(str(path), None, 0.05, writable=True)
-    assert (
-        writer.update(
-            hashlib.sha256(TOKEN_A.encode()).digest(),
-            "queues",
-            "new",
-            store.upsert_queue,
-            "new",
-            2,
-            None,
-        )
-        == "queue created"
-    )
+    assert upsert(writer, hashlib.sha256(TOKEN_A.encode()).digest(), "new", 2) == "queue created"
     # The version in service is the one on disk.
     eventually(lambda: reader.status().failed_at is None)
     loaded = reader.current()  # loads nothing now: it is in service

@@ -14,11 +14,11 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, List, Tuple, cast
+from typing import Any, Callable, Iterator, List, Optional, Tuple, cast
 
 import pytest
 import test_writer
-from helpers import TOKEN_A, accounts_document, eventually, serving, write_json
+from helpers import TOKEN_A, accounts_document, eventually, serving, upsert, write_json
 from test_writes import send
 
 import app as service
@@ -177,17 +177,16 @@ def test_a_version_whose_mtime_is_set_back_is_told_by_its_ctime(tmp_path: Path) 
 
 
 # ---- What the probe found beside it ------------------------------------------------------------
-@pytest.mark.parametrize("threads", [1, 2, 3])
 def test_writes_recover_once_another_process_lets_go_of_the_lock(
-    tmp_path: Path, monkeypatch: Any, threads: int
+    tmp_path: Path, monkeypatch: Any
 ) -> None:
-    """At any --threads, a write that timed out waiting for another process's lock leaves no
+    """A write that timed out waiting for another process's lock leaves no
     trace: once the lock is free, every write is made."""
     import fcntl
 
     monkeypatch.setattr(store, "LOCK_TIMEOUT", 0.2)
     path = write_json(tmp_path / "data.json", accounts_document())
-    data = service.open_data(str(path), None, 3600, writable=True, waiting_writes=threads // 2)
+    data = service.open_data(str(path), None, 3600, writable=True)
     app = service.create_app(data, False)
     holder = os.open(str(path), os.O_RDONLY)
     fcntl.flock(holder, fcntl.LOCK_EX)  # another process, at work for longer than the timeout
@@ -267,7 +266,7 @@ def test_read_only_replicas_serve_a_write_at_their_next_look(tmp_path: Path) -> 
     path = write_json(tmp_path / "data.json", accounts_document())
     writer = service.open_data(str(path), None, 3600, writable=True)
     replica = service.open_data(str(path), None, 3600)
-    writer.update(DIGEST_A, "queues", "w", store.upsert_queue, "w", None, None)
+    upsert(writer, DIGEST_A, "w", None, None)
     before = replica.current()
     assert before is not None and "w" not in before.accounts[0].queues
     assert replica.refresh() is True
@@ -303,7 +302,9 @@ def test_a_read_that_waits_behind_a_swap_serves_a_write_answered_after_the_renam
     a = service.open_data(str(path), None, 3600, writable=True)
     b = service.open_data(str(path), None, 3600, writable=True)
     reader: List[threading.Thread] = []
-    waiting, served, swapped = threading.Event(), cast(List[Any], []), []
+    served: List[Optional[store.Store]] = []
+    swapped: List[bool] = []
+    waiting = threading.Event()
     monkeypatch.setattr(a._served, "_lock", NotingLock(a._served._lock, reader, waiting))
     real_swap = store._swap
 
@@ -311,15 +312,16 @@ def test_a_read_that_waits_behind_a_swap_serves_a_write_answered_after_the_renam
         done = real_swap(*args)
         if done and not swapped:  # A's rename made; A not yet at its put
             swapped.append(True)
-            assert b.update(DIGEST_A, "queues", "from-b", store.upsert_queue, "from-b", 1, None)
+            assert upsert(b, DIGEST_A, "from-b", 1, None)
             reader.append(threading.Thread(target=lambda: served.append(a.current())))
             reader[0].start()
             waiting.wait()  # the read, begun after B's answer, waits for A's swap
         return done
 
     monkeypatch.setattr(store, "_swap", swap)
-    a.update(DIGEST_A, "queues", "from-a", store.upsert_queue, "from-a", 1, None)
+    upsert(a, DIGEST_A, "from-a", 1, None)
     reader[0].join()
+    assert served[0] is not None
     assert {"from-a", "from-b"} <= set(served[0].by_digest[DIGEST_A].queues)
     a.close()
     b.close()
@@ -353,7 +355,7 @@ def saved_in_place(
     saved = path.read_bytes().replace(b'"parallelism": 1', b'"parallelism": 7')
     if broken:
         saved = saved.replace(b'"parallelism": 7', b'"parallelism": x')
-    real_new_version, edits = store._new_version, []
+    real_new_version, edits = store._new_version, cast(List[os.stat_result], [])
 
     @contextlib.contextmanager
     def new_version(*args: Any) -> Iterator[Any]:

@@ -5,7 +5,6 @@ missed a write answered, waiting writes that starved the reads, a retry under th
 replaced)."""
 
 import fcntl
-import functools
 import hashlib
 import http.client
 import json
@@ -24,10 +23,12 @@ from helpers import (
     TOKEN_C,
     Server,
     accounts_document,
+    bearer,
     eventually,
     free_port,
     serving,
     started,
+    upsert,
     write_json,
 )
 
@@ -159,9 +160,7 @@ def test_a_symlink_re_pointed_while_a_write_takes_the_lock_writes_the_new_target
     a, b, link, data = two_files_and_a_link(tmp_path)
     before_a = a.read_bytes()
     flipped = re_point_when_opened(monkeypatch, a, link, "b.json")
-    assert data.update(DIGEST_A, "queues", "w", store.upsert_queue, "w", None, None) == (
-        "queue created"
-    )
+    assert upsert(data, DIGEST_A, "w", None, None) == ("queue created")
     assert flipped and a.read_bytes() == before_a
     assert [q.name for q in store.load(str(b), None).accounts[0].queues.values()] == ["w"]
     data.close()
@@ -180,13 +179,11 @@ def test_a_symlink_re_pointed_while_a_write_waits_for_the_lock_writes_the_new_ta
     fcntl.flock(holder, fcntl.LOCK_EX)  # another writer, at work on a.json
     try:
         writer = threading.Thread(
-            target=lambda: answers.append(
-                data.update(DIGEST_A, "queues", "w", store.upsert_queue, "w", None, None)
-            ),
+            target=lambda: answers.append(upsert(data, DIGEST_A, "w", None, None)),
             daemon=True,
         )
         writer.start()
-        eventually(lambda: data._writer._contended)  # it waits for the lock on a.json
+        eventually(lambda: data._contended)  # it waits for the lock on a.json
         (tmp_path / "new-link").symlink_to("b.json")
         os.replace(tmp_path / "new-link", link)
     finally:
@@ -209,9 +206,7 @@ def test_a_symlink_re_pointed_to_another_name_of_the_same_file_writes_where_it_l
     link.symlink_to("a.json")
     data = service.open_data(str(link), None, interval=3600, writable=True)
     flipped = re_point_when_opened(monkeypatch, a, link, "c.json")
-    assert data.update(DIGEST_A, "queues", "w", store.upsert_queue, "w", None, None) == (
-        "queue created"
-    )
+    assert upsert(data, DIGEST_A, "w", None, None) == ("queue created")
     assert flipped and list(store.load(str(link), None).accounts[0].queues) == ["emails", "w"]
     data.close()
 
@@ -239,10 +234,8 @@ def test_a_version_renamed_over_the_file_during_a_write_is_written_under_its_own
             renames.append(locked)
         return done
 
-    apply = data._apply
-
-    def edited_meanwhile(base: Any, batch: Any) -> Any:
-        made = apply(base, batch)
+    def edited_meanwhile(account: store.Account, now: int) -> Tuple[store.Account, str]:
+        made = store.upsert_queue(account, now, "w", None, None)
         if not edited:  # the first try: an editor saves by renaming
             edited.append("by hand")
             document = accounts_document()
@@ -251,11 +244,8 @@ def test_a_version_renamed_over_the_file_during_a_write_is_written_under_its_own
             os.replace(tmp_path / "edit.json", path)
         return made
 
-    monkeypatch.setattr(data, "_apply", edited_meanwhile)
     monkeypatch.setattr(store, "_swap", swapped)
-    assert data.update(DIGEST_A, "queues", "w", store.upsert_queue, "w", None, None) == (
-        "queue created"
-    )
+    assert data.update(DIGEST_A, edited_meanwhile) == "queue created"
     assert renames == ["locked"]
     written = store.load(str(path), None)
     assert list(written.accounts[0].queues) == ["emails", "w"] and not written.accounts[1].queues
@@ -338,19 +328,15 @@ def test_sighup_bursts_never_hang_waitress_serve(data_path: Path) -> None:
 
 # ---- 5. Every refusal is the change's own --------------------------------------------------------
 def batch(data: store.DataFile, *writes: Tuple[bytes, str]) -> List[Any]:
-    """Make upserts of the queues ``(account's digest, name)`` in one version, as a burst of
+    """Make upserts of the queues ``(account's digest, name)`` one after another, as a burst of
     writes is made; return each one's outcome (what it did, or its error)."""
-    made = [
-        store._Write(
-            functools.partial(
-                data._item_changed, digest, "queues", name, store.upsert_queue, (name, None, None)
-            )
-        )
-        for digest, name in writes
-    ]
-    with data._writer._writing:
-        data._write_batch(made, float("inf"))
-    return [write.did if write.error is None else type(write.error) for write in made]
+    outcomes: List[Any] = []
+    for digest, name in writes:
+        try:
+            outcomes.append(upsert(data, digest, name))
+        except store.DataError as exc:
+            outcomes.append(type(exc))
+    return outcomes
 
 
 def test_a_change_over_its_accounts_share_is_refused_alone(data_path: Path) -> None:
@@ -400,7 +386,7 @@ def test_a_read_that_a_rename_overtakes_serves_the_version_it_read(
     path = write_json(tmp_path / "data.json", accounts_document())
     writer = service.open_data(str(path), None, interval=3600, writable=True)
     reader = service.open_data(str(path), None, interval=3600, writable=True)
-    assert writer.update(DIGEST_A, "queues", "first", store.upsert_queue, "first", 1, None)
+    assert upsert(writer, DIGEST_A, "first", 1, None)
     real, reading, renamed = store.read_at_most, threading.local(), cast(List[str], [])
 
     def overtaken(read: Any, limit: int) -> Optional[bytes]:
@@ -408,9 +394,7 @@ def test_a_read_that_a_rename_overtakes_serves_the_version_it_read(
         if getattr(reading, "now", False):
             reading.now = False  # the writer's own read is not the reader's
             name = "during-%d" % len(renamed)
-            renamed.append(
-                writer.update(DIGEST_B, "queues", name, store.upsert_queue, name, 1, None)
-            )
+            renamed.append(upsert(writer, DIGEST_B, name, 1, None))
             reading.now = True
         return found
 
@@ -461,11 +445,11 @@ def test_each_write_answered_through_one_process_is_read_back_through_another(
 def test_while_another_process_holds_the_lock_waiting_writes_leave_threads_for_reads(
     data_path: Path, monkeypatch: Any
 ) -> None:
-    """Another process holds the lock (for as long as this test likes) and 16 clients write: a
-    bounded number wait, the rest are 503 with Retry-After at once, and a read of another account
-    is answered while the lock is still held; once it is let go, the waiting writes are made."""
+    """Another process holds the lock (for as long as this test likes) and 16 clients write: one
+    waits, the rest are 503 with Retry-After at once, and a read of another account is answered
+    while the lock is still held; once it is let go, the waiting write is made."""
     monkeypatch.setattr(store, "LOCK_TIMEOUT", 600)  # the writes would wait for the test
-    data = service.open_data(str(data_path), None, 3600, writable=True, waiting_writes=2)
+    data = service.open_data(str(data_path), None, 3600, writable=True)
     with service.serving(service.create_app(data, access_log=False), threads=4) as url:
         local = Server.__new__(Server)
         local.host, local.port = "127.0.0.1", int(url.rsplit(":", 1)[1])
@@ -479,16 +463,65 @@ def test_while_another_process_holds_the_lock_waiting_writes_leave_threads_for_r
         try:
             first = threading.Thread(target=write, args=(0,), daemon=True)
             first.start()
-            eventually(lambda: data._writer._contended)
+            eventually(lambda: data._contended)
             others = [threading.Thread(target=write, args=(i,), daemon=True) for i in range(1, 16)]
             for thread in others:
                 thread.start()
-            eventually(lambda: len(statuses) == 14)  # all but the two that wait: 503 at once
-            assert statuses == [503] * 14
+            eventually(lambda: len(statuses) == 15)  # all but the one that waits: 503 at once
+            assert statuses == [503] * 15
             assert queue_names(local, TOKEN_B) == ["reports"]  # answered while the lock is held
         finally:
             os.close(holder)  # lets go of the lock
         for thread in [first] + others:
             thread.join()
-        assert sorted(statuses) == [200, 200] + [503] * 14
+        assert sorted(statuses) == [200] + [503] * 15
+    data.close()
+
+
+@pytest.mark.parametrize("threads", [2, 4, 8])
+def test_a_read_never_waits_behind_writes_that_cannot_go(
+    data_path: Path, monkeypatch: Any, threads: int
+) -> None:
+    """Another process keeps the lock; sixteen clients write account A, each again as soon as it is
+    answered: every read of account B is answered while the lock is held (the writes would wait
+    for the test: a read that waited behind one would never be answered), each write that cannot
+    go gets its 503 with Retry-After, and once the lock is let go the writes are made."""
+    monkeypatch.setattr(store, "LOCK_TIMEOUT", 600)  # the writes would wait for the test
+    data = service.open_data(str(data_path), None, 3600, writable=True)
+    stop, refused, made = threading.Event(), cast(List[str], []), cast(List[int], [])
+    with service.serving(service.create_app(data, access_log=False), threads=threads) as url:
+        local = Server.__new__(Server)
+        local.host, local.port = "127.0.0.1", int(url.rsplit(":", 1)[1])
+
+        def writer(i: int) -> None:
+            conn = http.client.HTTPConnection(local.host, local.port, timeout=600)
+            while not stop.is_set():
+                conn.request(
+                    "POST", "/v2/queues", json.dumps({"queueName": "w%d" % i}), bearer(TOKEN_A)
+                )
+                response = conn.getresponse()
+                response.read()
+                if response.status == 503:
+                    refused.append(response.getheader("Retry-After") or "")
+                else:
+                    made.append(response.status)
+            conn.close()
+
+        holder = os.open(str(data_path), os.O_RDONLY)
+        fcntl.flock(holder, fcntl.LOCK_EX)  # another process's writer, stuck
+        writers = [threading.Thread(target=writer, args=(i,), daemon=True) for i in range(16)]
+        try:
+            for thread in writers:
+                thread.start()
+            eventually(lambda: len(refused) >= 100)
+            for _ in range(20):
+                assert queue_names(local, TOKEN_B) == ["reports"]
+            assert set(refused) == {"1"} and made == []
+        finally:
+            os.close(holder)  # lets go of the lock
+        eventually(lambda: len(made) >= 16)
+        stop.set()
+        for thread in writers:
+            thread.join()
+    assert set(made) == {200}
     data.close()
