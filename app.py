@@ -139,6 +139,7 @@ SHOWN_NAME = 100  # a name longer than this is cut short where a message repeats
 MAX_QUERY_TOKENS = 16  # more differently written qstash_token values than this are refused unread
 #: Lines held for a log stream that does not keep up; past that, dropped and counted.
 ACCESS_LOG_BACKLOG = 10000
+ACCESS_LOG_PAUSE = 0.1  # how long the access log lets lines gather before it writes them
 ACCESS_LOG_CLOSE_TIMEOUT = 1.0  # how long the access log may take to write its last lines at a stop
 #: How long serving() lets the answers in flight finish when its block ends, and its threads.
 SERVING_STOP_TIMEOUT = 5.0
@@ -1105,13 +1106,15 @@ def _printable(text: str) -> str:
 
 
 class _DescriptorWriter(logging.Handler):
-    """QueueLog's listener's handler: each line to its stream's descriptor, holding no lock while
-    it writes (logging's exit takes every handler's lock, and the stream's buffer has one: a
-    stream nobody reads blocks a write forever).  ``reached``: set when close()'s marker comes."""
+    """QueueLog's listener's handler: the lines taken from ``queue`` written to its stream's
+    descriptor once it is empty (a burst: one write), holding no lock while it writes (logging's
+    exit takes every handler's lock, and the stream's buffer has one: a stream nobody reads blocks
+    a write forever).  ``reached``: set when close()'s marker comes."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, queue: "queue.Queue[Any]") -> None:
         super().__init__()
-        self.stream = stream
+        self.stream, self.queue = stream, queue
+        self.lines: List[str] = []  # formatted, not yet written
         self.reached = threading.Event()
         # Each line stamped in UTC to the millisecond.
         self.formatter = logging.Formatter(
@@ -1120,20 +1123,36 @@ class _DescriptorWriter(logging.Handler):
         self.formatter.converter = time.gmtime
 
     def handle(self, record: logging.LogRecord) -> bool:
+        if record.msg is not self.reached:
+            self.emit(record)  # only the listener's thread calls it: no lock
+        if record.msg is self.reached or self.queue.empty():
+            self.flush()
         if record.msg is self.reached:
             self.reached.set()
-        else:
-            self.emit(record)  # only the listener's thread calls it: no lock
         return True
 
     def emit(self, record: logging.LogRecord) -> None:
-        line = self.format(record) + "\n"
+        self.lines.append(self.format(record) + "\n")
+
+    def flush(self) -> None:
+        text, self.lines = "".join(self.lines), []
         try:
-            os.write(self.stream.fileno(), line.encode("utf-8", "backslashreplace"))
+            os.write(self.stream.fileno(), text.encode("utf-8", "backslashreplace"))
         except (AttributeError, io.UnsupportedOperation):  # no descriptor (a StringIO)
-            self.stream.write(line)
+            self.stream.write(text)
         except OSError:
-            self.handleError(record)
+            pass  # a stream that is gone: nothing to tell it
+
+
+class _Listener(logging.handlers.QueueListener):
+    """A QueueListener that lets the lines gather for ACCESS_LOG_PAUSE when it finds none: woken
+    once for many requests, not once a request (which costs every request a thread switch)."""
+
+    def dequeue(self, block: bool) -> Any:
+        lines = typing.cast("queue.Queue[Any]", self.queue)
+        if lines.empty():
+            time.sleep(ACCESS_LOG_PAUSE)
+        return lines.get(block)
 
 
 class QueueLog(logging.handlers.QueueHandler):
@@ -1143,11 +1162,12 @@ class QueueLog(logging.handlers.QueueHandler):
     and the next record taken is preceded by a line that says how many."""
 
     def __init__(self, stream: Any) -> None:
-        super().__init__(queue.Queue(ACCESS_LOG_BACKLOG))
+        lines: "queue.Queue[Any]" = queue.Queue(ACCESS_LOG_BACKLOG)
+        super().__init__(lines)
         self.dropped = 0  # not exact under races: a count for the operator, never a wait
         self._closed = False
-        self._writer = _DescriptorWriter(stream)
-        self.listener = logging.handlers.QueueListener(self.queue, self._writer)
+        self._writer = _DescriptorWriter(stream, lines)
+        self.listener = _Listener(lines, self._writer)
         self.listener.start()
 
     def prepare(self, record: logging.LogRecord) -> logging.LogRecord:

@@ -74,7 +74,7 @@ _BESIDE_ACCOUNTS = (  # the fault of a key beside "accounts"
 )
 #: QStash's rule for the names of URL groups and queues (a 400 otherwise).
 NAME_RULE = "only letters, digits, '-', '.' and '_', not dots alone"
-_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_NAME = re.compile(r"(?!\.+\Z)[A-Za-z0-9_.-]+")  # (fullmatch) not dots alone
 _SHA256_HEX = re.compile(r"[0-9a-fA-F]{64}")
 _TOKEN = re.compile(r"[!-~]+")  # visible ASCII: what fits in "Bearer <token>"
 _KINDS = {
@@ -135,7 +135,7 @@ def is_whole(value: Any) -> bool:
 def is_name(value: Any) -> bool:
     """A URL group's or a queue's name: letters, digits, '_', '-' and '.' only (QStash's rule), not
     dots alone (a client that normalises URLs could never address "." or ".." again)."""
-    return type(value) is str and _NAME.fullmatch(value) is not None and value.strip(".") != ""
+    return type(value) is str and _NAME.fullmatch(value) is not None
 
 
 def is_text(value: Any) -> bool:
@@ -287,70 +287,6 @@ def _schema(cls: type) -> tuple[Field, ...]:
 SCHEMA: dict[type, tuple[Field, ...]] = {cls: _schema(cls) for cls in (Endpoint, UrlGroup, Queue)}
 
 
-def _builder(cls: type) -> Callable[[Any, "dict[str, int]", int], Any]:
-    """The checker's short way for an item of kind ``cls``, written from its schema as dataclasses
-    write __init__: the item when every key and value is as the rules want (the same rules, in
-    the same order, as _Checker.item), else None, and _Checker.item says what is wrong.  What the
-    names it notes in ``seen`` hold is what _Checker.item notes."""
-    fields = SCHEMA[cls]
-    required = [n for n, f in enumerate(fields) if f.required]
-    lines = [
-        "def build(value, seen, i):",
-        "    if type(value) is not dict:",
-        "        return None",
-        "    try:",
-        *["        v%d = value[%r]" % (n, fields[n].key) for n in required],
-        "    except KeyError:",
-        "        return None",
-        "    given = %d" % len(required),
-    ]
-    names: dict[str, Any] = {"cls": cls, "MISSING": _MISSING, "array": _built_array}
-    for n, f in enumerate(fields):
-        names["check%d" % n] = f.rule.check if isinstance(f.rule, Rule) else _BUILDERS[f.rule]
-        if not f.required:
-            names["default%d" % n] = dataclasses.fields(cls)[n].default
-            lines.append("    v%d = value.get(%r, MISSING)" % (n, f.key))
-            lines.append("    if v%d is MISSING:" % n)
-            lines.append("        v%d = default%d" % (n, n))
-            lines.append("    else:")
-            lines.append("        given += 1")
-        indent = "    " if f.required else "        "
-        if not isinstance(f.rule, Rule):
-            lines.append("%sv%d = array(check%d, v%d)" % (indent, n, n, n))
-            lines.append("%sif v%d is None:" % (indent, n))
-        elif f.key == "name":
-            lines.append(
-                "%sif not check%d(v%d) or seen.setdefault(v%d, i) != i:" % (indent, n, n, n)
-            )
-        elif f.key == "updatedAt":  # not before createdAt, which the schema gives first
-            lines.append("%sif not check%d(v%d) or v0 > v%d:" % (indent, n, n, n))
-        else:
-            lines.append("%sif not check%d(v%d):" % (indent, n, n))
-        lines.append("%s    return None" % indent)
-    # A key the schema does not know (or one given twice: _pairs notes them under a key of its own).
-    lines.append("    if len(value) != given:")
-    lines.append("        return None")
-    lines.append("    return cls(%s)" % ", ".join("v%d" % n for n in range(len(fields))))
-    exec("\n".join(lines), names)  # noqa: S102 (the schema's own code, as dataclasses')
-    return cast("Callable[[Any, dict[str, int], int], Any]", names["build"])
-
-
-def _built_array(build: Callable[[Any, "dict[str, int]", int], Any], value: Any) -> Any:
-    """The tuple of the array ``value``'s items, each built by ``build``; None if any is not."""
-    if type(value) is not list:
-        return None
-    seen: dict[str, int] = {}
-    items = []
-    for j, each in enumerate(value):
-        item = build(each, seen, j)
-        if item is None:
-            return None
-        items.append(item)
-    return tuple(items)
-
-
-_BUILDERS: dict[type, Callable[[Any, "dict[str, int]", int], Any]] = {}
-_BUILDERS.update((cls, _builder(cls)) for cls in (Endpoint, UrlGroup, Queue))
 #: The arrays of the file: each one's key, the Account field that holds it, its item kind.
 ARRAYS = (("urlGroups", "url_groups", UrlGroup), ("queues", "queues", Queue))
 #: The keys each object of the file takes: required, then optional.
@@ -366,6 +302,13 @@ KEYS: dict[Any, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "signingKeys": (("current", "next"), ()),
     "(top level)": ((), ("urlGroups", "queues", "signingKeys", "accounts")),
 }
+#: Each kind's fields as item() judges them: attribute, key, rule and its check (None: an array).
+_CHECKS = {
+    cls: [(f.attr, f.key, f.rule, getattr(f.rule, "check", None)) for f in fields]
+    for cls, fields in SCHEMA.items()
+}
+#: The same as sets, as fields() compares an object's keys with them: required, and all.
+_KEY_SETS = {kind: (frozenset(req), frozenset(req + opt)) for kind, (req, opt) in KEYS.items()}
 
 
 def encode(document: Any) -> bytes:
@@ -610,13 +553,9 @@ class _Checker:
 
     def fields(self, value: Any, array: str, i: Optional[int], kind: Any) -> Any:
         """``value`` if it is an object; its keys that are unknown, missing or twice are faults."""
-        required, optional = KEYS[kind]
-        if (
-            type(value) is dict
-            and value.keys() >= set(required)
-            and value.keys() <= set(required + optional)
-        ):
+        if type(value) is dict and _KEY_SETS[kind][0] <= value.keys() <= _KEY_SETS[kind][1]:
             return value
+        required, optional = KEYS[kind]
         if type(value) is not dict:
             self.fault(array, i, None, "expected an object, got %s" % _show(value))
             return None
@@ -634,24 +573,30 @@ class _Checker:
 
     def item(self, value: Any, array: str, i: int, cls: Any, seen: dict[str, int]) -> Any:
         """Build the item of kind ``cls`` at ``array[i]`` by its schema, rule by rule, or note its
-        faults and return None (collections tries the short way, _BUILDERS, first)."""
-        faults, item = len(self.faults), self.fields(value, array, i, cls)
-        if item is None:
-            return None
+        faults and return None."""
+        faults, (required, known) = len(self.faults), _KEY_SETS[cls]
+        item = value  # the keys as the schema has them, or each fault said by fields():
+        if type(value) is not dict or not required <= value.keys() <= known:
+            item = self.fields(value, array, i, cls)
+            if item is None:
+                return None
         values: dict[str, Any] = {}
-        for attr, key, rule, _ in SCHEMA[cls]:  # a required key missing: said by fields
+        for attr, key, rule, check in _CHECKS[cls]:  # a required key missing: said by fields
             found = item.get(key, _MISSING)
             if found is _MISSING:
                 continue
-            if not isinstance(rule, Rule):  # an array of items of that kind
+            if check is None:  # an array of items of that kind
                 where, names = "%s[%d].%s" % (array, i, key), cast("dict[str, int]", {})
                 each = self.each(found, where)
                 found = tuple([self.item(v, where, j, rule, names) for j, v in enumerate(each)])
-            elif key == "name":
+            elif not check(found):
+                if key == "name":
+                    self.name(found, array, i, seen, rule)
+                else:
+                    self.fault(array, i, key, "expected %s, got %s" % (rule.expected, _show(found)))
+                    continue
+            elif key == "name" and seen.setdefault(found, i) != i:
                 self.name(found, array, i, seen, rule)
-            elif not rule.check(found):
-                self.fault(array, i, key, "expected %s, got %s" % (rule.expected, _show(found)))
-                continue
             elif key == "updatedAt" and values.get("created_at", -1) > found:
                 created = "not before createdAt (%d)" % values["created_at"]
                 self.fault(array, i, key, "expected a time %s, got %d" % (created, found))
@@ -659,7 +604,7 @@ class _Checker:
         return cls(**values) if len(self.faults) == faults else None
 
     def name(self, value: Any, array: str, i: int, seen: dict[str, int], rule: Rule) -> None:
-        """Note an item's name in its array, or say why it breaks its rule or is there already."""
+        """Say why an item's name breaks its rule or is there already in its array."""
         if not rule.check(value):
             expected = rule.expected
             if type(value) is not str or not value:
@@ -712,11 +657,9 @@ class _Checker:
         arrays: dict[str, dict[str, Any]] = {}
         for key, kind, cls in ARRAYS:
             seen: dict[str, int] = {}
-            build, built = _BUILDERS[cls], arrays.setdefault(kind, {})
+            built = arrays.setdefault(kind, {})
             for i, value in enumerate(self.each(item.get(key, []), prefix + key)):
-                one = build(value, seen, i)  # the short way (see _builder), else the checker's
-                if one is None:
-                    one = self.item(value, prefix + key, i, cls, seen)
+                one = self.item(value, prefix + key, i, cls, seen)
                 if one is not None:
                     built[one.name] = one
         keys, value, where = None, item.get("signingKeys"), prefix + "signingKeys"
