@@ -793,7 +793,7 @@ class _Held(NamedTuple):
     def names(self, path: str, signature: Signature) -> bool:
         """Whether ``path`` still leads to this very file, as the version ``signature``: neither
         re-pointed nor replaced (its inode is held open, so none other takes its number), nor
-        written into as far as stat can tell (see _swap for what it cannot)."""
+        written into as far as stat can tell (see DataFile._write_held for what it cannot)."""
         return os.path.realpath(path) == self.target and _stat(path) == signature
 
 
@@ -867,7 +867,7 @@ def _new_version(
     target: str, data: bytes, old: Optional[os.stat_result], source: str
 ) -> Iterator[_Temporary]:
     """Write ``data`` to a temporary file of its own beside ``target`` (fsync'd, with the old
-    file's mode and owner) and yield it; the caller renames it over ``target`` (see _swap).  The
+    file's mode and owner) and yield it; the caller renames it over ``target``.  The
     temporary file goes on every way out but a rename; the directory is synced after one."""
     directory, name = os.path.split(target)
     fd, temporary = -1, ""
@@ -907,21 +907,6 @@ def _unwritable(source: str, exc: OSError, target: str) -> str:
         )
     where = exc.filename or target
     return "%s: cannot write: %s (%s); it is unchanged" % (source, exc.strerror or exc, where)
-
-
-def _swap(new: _Temporary, target: str, held: _Held, found: Read, max_size: int) -> bool:
-    """Rename ``new`` over ``target`` if that is still the file ``held``, holding the version
-    ``found``; tell whether it was done.  Its bytes are read again and compared, as stat cannot
-    tell a save in place within the timestamps' granularity (a second on ext3, HFS+, exFAT); one in
-    the microseconds between that read and the rename is overwritten (as git's and editors' own
-    writes would be)."""
-    if not held.names(target, found.signature):
-        return False
-    again = _read_open(held.fd, target, max_size)
-    if again is None or again.raw != found.raw:
-        return False
-    os.replace(new.path, target)
-    return True
 
 
 def _sync_directory(directory: str) -> None:
@@ -1386,8 +1371,11 @@ class DataFile:
     def _write_held(self, held: _Held, digest: bytes, edit: Edit) -> Optional[str]:
         """Make ``edit`` on the bytes of the file ``held`` (the store in service if it holds them,
         else their own, put in service; Unloadable if they do not load: never overwritten), and
-        swap the new version in if the path still leads to that file as it was read; say what
-        the edit did, or None if the file changed meanwhile (then again, on the new file)."""
+        rename the new version over it if the path still leads to that file as it was read; say
+        what the edit did, or None if the file changed meanwhile (then again, on the new file).
+        TooLarge if the edit makes the account larger and over its share of --max-size (none takes
+        the others' room; one that holds more may shrink), or the file over --max-size (it would
+        not load again)."""
         found = _read_open(held.fd, self.path, self.max_size)
         if found is None:  # written into meanwhile, by hand
             return None
@@ -1407,11 +1395,28 @@ class DataFile:
         changed, did = edit(account, int(time.time() * 1000))
         if changed is account:
             return did
-        fresh = self._with_account(store, account, changed)
+        # Account compares by identity: this very object is replaced.
+        accounts = tuple(changed if each is account else each for each in store.accounts)
+        fresh = dataclasses.replace(store, accounts=accounts)
+        share, size = self.max_size // len(accounts), len(changed.lines)
+        if size > max(share, len(account.lines)):
+            over = "this account would be %s, over its share of --max-size" % megabytes(size)
+            share_is = "(%s: %d accounts)" % (megabytes(share), len(accounts))
+            raise TooLarge(["%s: %s %s" % (self.path, over, share_is)])
+        if fresh.size > self.max_size:
+            raise _too_large(self.path, fresh.size, self.max_size)
         with _new_version(held.target, fresh.lines, held.stat, self.path) as new:
-            with served._lock:  # a read waits for the swap only
-                if not _swap(new, held.target, held, found, self.max_size):
+            with served._lock:  # a read waits for the rename only
+                # Still that file, its bytes read again: stat cannot tell a save in place within
+                # the timestamps' granularity (a second on ext3, HFS+, exFAT); one in the
+                # microseconds between this read and the rename is overwritten (as git's and
+                # editors' own writes would be).
+                if not held.names(self.path, found.signature):
                     return None
+                again = _read_open(held.fd, self.path, self.max_size)
+                if again is None or again.raw != found.raw:
+                    return None
+                os.replace(new.path, held.target)
                 served.put(new.fd, _signature(os.fstat(new.fd)), fresh, fresh.lines)
         return did
 
@@ -1430,25 +1435,6 @@ class DataFile:
                     signature = _signature(os.fstat(new.fd))
                     self._served.put(new.fd, signature, fresh, fresh.lines)
                     self._served.first = fresh
-        return fresh
-
-    def _with_account(self, store: Store, account: Account, changed: Account) -> Store:
-        """``store`` with ``changed`` in place of ``account`` (the object: Account compares by
-        identity); TooLarge if ``changed`` makes the account larger and over its share of
-        --max-size (none takes the others' room; one that holds more may shrink), or the file over
-        --max-size (it would not load again)."""
-        accounts = tuple(changed if each is account else each for each in store.accounts)
-        fresh = dataclasses.replace(store, accounts=accounts)
-        share, size = self.max_size // len(accounts), len(changed.lines)
-        if size > max(share, len(account.lines)):
-            raise TooLarge(
-                [
-                    "%s: this account would be %s, over its share of --max-size (%s: %d accounts)"
-                    % (self.path, megabytes(size), megabytes(share), len(accounts))
-                ]
-            )
-        if fresh.size > self.max_size:
-            raise _too_large(self.path, fresh.size, self.max_size)
         return fresh
 
     # -- The reloader thread and forks -------------------------------------------------------------

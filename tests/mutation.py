@@ -433,8 +433,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "    if again is None or again.raw != found.raw:\n        return False",
-        "    if again is None:\n        return False",
+        "                if again is None or again.raw != found.raw:\n",
+        "                if again is None:\n",
         VERSIONS,
     ),
     M(
@@ -529,8 +529,8 @@ MUTANTS: List[Mutant] = [
     M(
         "safety",
         "store.py",
-        "    if not held.names(target, found.signature):\n        return False",
-        "    if False:\n        return False",
+        "                if not held.names(self.path, found.signature):\n",
+        "                if False:\n",
         ("tests/test_write_safety.py", "tests/test_writer.py"),
     ),
     M(
@@ -1011,8 +1011,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writer",
         "store.py",
-        "        if fresh.size > self.max_size:\n            raise _too_large(self.path, fresh.size, self.max_size)\n        return fresh",
-        "        if False:\n            raise _too_large(self.path, fresh.size, self.max_size)\n        return fresh",
+        "        if fresh.size > self.max_size:\n            raise _too_large(self.path, fresh.size, self.max_size)\n        with _new_version(",
+        "        if False:\n            raise _too_large(self.path, fresh.size, self.max_size)\n        with _new_version(",
         WRITER,
     ),
     M(

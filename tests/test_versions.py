@@ -306,19 +306,18 @@ def test_a_read_that_waits_behind_a_swap_serves_a_write_answered_after_the_renam
     swapped: List[bool] = []
     waiting = threading.Event()
     monkeypatch.setattr(a._served, "_lock", NotingLock(a._served._lock, reader, waiting))
-    real_swap = store._swap
+    real_replace = os.replace
 
-    def swap(*args: Any) -> bool:
-        done = real_swap(*args)
-        if done and not swapped:  # A's rename made; A not yet at its put
-            swapped.append(True)
+    def replace(source: Any, target: Any) -> None:
+        real_replace(source, target)
+        if str(source).endswith(".qstash-lists-tmp") and not swapped:
+            swapped.append(True)  # A's rename made; A not yet at its put
             assert upsert(b, DIGEST_A, "from-b", 1, None)
             reader.append(threading.Thread(target=lambda: served.append(a.current())))
             reader[0].start()
             waiting.wait()  # the read, begun after B's answer, waits for A's swap
-        return done
 
-    monkeypatch.setattr(store, "_swap", swap)
+    monkeypatch.setattr(os, "replace", replace)
     upsert(a, DIGEST_A, "from-a", 1, None)
     reader[0].join()
     assert served[0] is not None
