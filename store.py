@@ -65,9 +65,6 @@ LOCK_STUCK = 0.5
 WRITE_ATTEMPTS = 3
 _READ_CHUNK = 1 << 24
 _MISSING: Any = object()  # a key the object does not have (its fault is said once, as missing)
-#: A file of several accounts as the writer writes it: _OPEN, each account's ``lines`` with
-#: _BETWEEN, _CLOSE (see Store.lines).
-_OPEN, _BETWEEN, _CLOSE = b'{"accounts": [\n', b",\n", b"\n]}\n"
 _BESIDE_ACCOUNTS = (  # the fault of a key beside "accounts"
     "unknown key next to 'accounts' (a file lists accounts, or holds 'urlGroups' and 'queues' of "
     "one account, not both)"
@@ -386,16 +383,7 @@ class Store:
         ``{"accounts": [...]}`` with an account a line."""
         if self.single_account:
             return self.accounts[0].lines + b"\n"
-        return b"".join([_OPEN, _BETWEEN.join([a.lines for a in self.accounts]), _CLOSE])
-
-    @cached_property
-    def size(self) -> int:
-        """``len(self.lines)``, from each account's without joining them (a write checks each
-        change's)."""
-        size = sum(len(account.lines) for account in self.accounts)
-        if self.single_account:
-            return size + 1
-        return len(_OPEN) + size + len(_BETWEEN) * max(len(self.accounts) - 1, 0) + len(_CLOSE)
+        return b'{"accounts": [\n' + b",\n".join([a.lines for a in self.accounts]) + b"\n]}\n"
 
     def warnings(self, source: str) -> list[str]:
         """Return what looks wrong in a valid file, one line each: no account, times in seconds."""
@@ -1403,8 +1391,8 @@ class DataFile:
             over = "this account would be %s, over its share of --max-size" % megabytes(size)
             share_is = "(%s: %d accounts)" % (megabytes(share), len(accounts))
             raise TooLarge(["%s: %s %s" % (self.path, over, share_is)])
-        if fresh.size > self.max_size:
-            raise _too_large(self.path, fresh.size, self.max_size)
+        if len(fresh.lines) > self.max_size:
+            raise _too_large(self.path, len(fresh.lines), self.max_size)
         with _new_version(held.target, fresh.lines, held.stat, self.path) as new:
             with served._lock:  # a read waits for the rename only
                 # Still that file, its bytes read again: stat cannot tell a save in place within
@@ -1426,8 +1414,8 @@ class DataFile:
         double's put-back), serve it, and make it what a reset puts back (first); return its
         store."""
         fresh = parse(raw, self.path, self._served._token, self._served._fallback)
-        if fresh.size > self.max_size:
-            raise _too_large(self.path, fresh.size, self.max_size)
+        if len(fresh.lines) > self.max_size:
+            raise _too_large(self.path, len(fresh.lines), self.max_size)
         with _locked(self.path, time.monotonic() + LOCK_TIMEOUT) as held:
             with _new_version(held.target, fresh.lines, held.stat, self.path) as new:
                 with self._served._lock:

@@ -997,22 +997,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writer",
         "store.py",
-        "            return size + 1\n",
-        "            return size\n",
-        DIFFERENTIAL,
-    ),
-    M(
-        "writer",
-        "store.py",
-        "len(_BETWEEN) * max(len(self.accounts) - 1, 0)",
-        "len(_BETWEEN) * len(self.accounts)",
-        DIFFERENTIAL,
-    ),
-    M(
-        "writer",
-        "store.py",
-        "        if fresh.size > self.max_size:\n            raise _too_large(self.path, fresh.size, self.max_size)\n        with _new_version(",
-        "        if False:\n            raise _too_large(self.path, fresh.size, self.max_size)\n        with _new_version(",
+        "        if len(fresh.lines) > self.max_size:\n            raise _too_large(self.path, len(fresh.lines), self.max_size)\n        with _new_version(",
+        "        if False:\n            raise _too_large(self.path, len(fresh.lines), self.max_size)\n        with _new_version(",
         WRITER,
     ),
     M(
