@@ -325,7 +325,9 @@ def array(items: Mapping[str, Item]) -> bytes:
 
 @dataclass(frozen=True, eq=False)
 class Account:
-    """The URL groups and queues that one token sees, each by name in the file's order."""
+    """The URL groups and queues that one token sees, each by name in the file's order.  Compared
+    by identity (``eq=False``): a write replaces this very object in its store, and what is
+    encoded of it (``cache``) is kept only while it is the one in service."""
 
     # Only the digest, and not in repr: a weak token could be guessed.
     token_sha256: bytes = field(repr=False)
@@ -337,10 +339,6 @@ class Account:
     credential: Optional[tuple[str, str]] = field(default=None, repr=False)
     #: Answers encoded for this account, kept while it is unchanged (a write makes a new Account).
     cache: dict[Any, Any] = field(default_factory=dict, init=False, repr=False)
-
-    def item(self, kind: str, name: str) -> Optional[Item]:
-        """Return the item of ``kind`` ("url_groups" or "queues") named ``name``, or None."""
-        return cast("Mapping[str, Item]", getattr(self, kind)).get(name)
 
     @cached_property
     def lines(self) -> bytes:
@@ -1103,7 +1101,7 @@ class _Served:
         self._version = _Version()
         self._file = -1
         self._fault: Optional[str] = None  # the first line of the fault last logged, until it ends
-        self.first: Optional[Store] = None  # the first good store (see DataFile.restore)
+        self.first: Optional[Store] = None  # the first good store (see DataFile.first)
 
     @property
     def version(self) -> _Version:

@@ -719,9 +719,9 @@ def test_an_item_is_found_by_its_name() -> None:
         json.dumps({"queues": [Q, dict(Q, name="r")], "urlGroups": [G]}).encode(), "d", "t"
     )
     account = loaded.accounts[0]
-    assert account.item("queues", "r") is list(account.queues.values())[1]
-    assert account.item("url_groups", "g") is list(account.url_groups.values())[0]
-    assert account.item("queues", "g") is None and account.item("url_groups", "q") is None
+    assert account.queues.get("r") is list(account.queues.values())[1]
+    assert account.url_groups.get("g") is list(account.url_groups.values())[0]
+    assert account.queues.get("g") is None and account.url_groups.get("q") is None
 
 
 MAX = 2**53 - 1
