@@ -658,9 +658,7 @@ def _refused(exc: store.DataError) -> HTTPError:
         return Conflict()
     if isinstance(exc, store.TooLarge):
         return InsufficientStorage()
-    if isinstance(exc, store.Busy):  # the lock not had in time: try again
-        return ServiceUnavailable()
-    return ServiceUnavailable()  # any other: unwritable, or the file kept changing
+    return ServiceUnavailable()  # Busy (the lock not had in time), unwritable, or ever changing
 
 
 def health(status: store.Status) -> Answer:
