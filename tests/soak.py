@@ -1,6 +1,7 @@
 """Soak: hold the real server under keep-alive load while its data file changes every few seconds.
 
     python tests/soak.py [--seconds 60] [--connections 8] [--reload-every 3]
+    python tests/soak.py --editor [--seconds 12]
 
 Runs ``python app.py`` on 127.0.0.1 (and talks to nothing else), with client threads that
 check every answer in full: the status, the JSON, and that a body is one whole version of the
@@ -8,14 +9,22 @@ account that asked.  Every few seconds the file is rewritten: a new valid versio
 truncated, deleted or invalid one and then a valid one.  It reports requests served, errors
 (must be 0), latency, and the server's resident memory after warm-up and at the end (must
 stay flat), and exits 1 if anything failed.  Bounded: it stops after ``--seconds``.
+
+``--editor`` replays issue 59.1's hand editor instead: two ``python app.py --writable`` on one file
+(on a loop-mounted ``mkfs.ext4 -I 128``, of one-second timestamps, where root; it says where),
+writers through both, and an editor that saves in place right after each rename.  It counts writes
+lost, failed writes landed, stale reads, edits and broken saves overwritten: 1 unless all are 0.
 """
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
 import random
 import re
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -23,9 +32,13 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Counter, Dict, Iterator, List, Optional, Set
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # helpers imports store from the checkout
+
+from helpers import Server, serving  # noqa: E402
+
 TOKENS = ["soak-a", "soak-b"]
 TEMPLATE = {"createdAt": 1700000000000, "updatedAt": 1700000000000, "parallelism": 2, "lag": 0}
 
@@ -174,12 +187,202 @@ def sample(pid: int, deadline: float, samples: List[int]) -> None:
             samples.append(kb)
 
 
+# ---- --editor: hand saves in place against two writing servers (issue 59.1) ----------------------
+HAND = re.compile(rb'"hand-(\d)"')  # account b's value that the editor changes: one digit wide
+BROKEN_EVERY = 10  # every tenth save is a broken one, kept on disk BROKEN_HOLD seconds
+BROKEN_HOLD = 0.05
+AUTH_A = {"Authorization": "Bearer " + TOKENS[0]}
+
+
+class Counts:
+    """What the editor soak counts: the writers' under ``lock``, the editor's by it alone."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.acked: Set[str] = set()
+        self.failed: Set[str] = set()
+        self.refused: Counter[int] = Counter()
+        self.errors: List[str] = []
+        self.stale = self.stale_while_broken = 0
+        self.saves = self.landed = self.same_second = self.broken = 0
+        self.edits_overwritten = self.broken_overwritten = 0
+        self.broken_on_disk = 0  # odd while a broken save is (or may be) on disk
+
+
+@contextlib.contextmanager
+def coarse_folder(folder: Path) -> Iterator[str]:
+    """Mount an ext4 of 128-byte inodes (one-second timestamps) on ``folder`` from an image beside
+    it, where this machine can; unmounted on every way out.  Yield what ``folder`` is."""
+    if os.geteuid() != 0 or shutil.which("mkfs.ext4") is None:
+        yield "the normal filesystem (not root, or no mkfs.ext4)"
+        return
+    image = folder.with_suffix(".img")
+    with image.open("wb") as file:
+        file.truncate(64 << 20)
+    for command in (
+        ["mkfs.ext4", "-q", "-F", "-I", "128", str(image)],
+        ["mount", "-o", "loop", str(image), str(folder)],
+    ):
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode:
+            yield "the normal filesystem (%s failed: %s)" % (command[0], done.stderr.strip())
+            return
+    try:
+        yield "a loop-mounted ext4 made with -I 128 (one-second timestamps)"
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=True)
+
+
+def writer(servers: List[Server], deadline: float, counts: Counts, i: int) -> None:
+    """Upsert queues w<i>-<k> of account a through each server in turn; read each acknowledged
+    one back at once through the other."""
+    k = 0
+    while time.monotonic() < deadline:
+        k += 1
+        name, one, other = "w%d-%d" % (i, k), servers[k % 2], servers[1 - k % 2]
+        body = json.dumps({"queueName": name, "parallelism": 1}).encode()
+        try:
+            status = one.get("/v2/queues", AUTH_A, "POST", body)[0]
+            if status != 200:
+                with counts.lock:
+                    counts.failed.add(name)
+                    counts.refused[status] += 1
+                continue
+            counts.acked.add(name)
+            broken = counts.broken_on_disk
+            status = other.get("/v2/queues/" + name, AUTH_A)[0]
+        except (OSError, http.client.HTTPException) as exc:
+            counts.errors.append("%s: %r" % (name, exc))
+            continue
+        if status != 200:  # a server that finds a broken save serves its last good version
+            with counts.lock:
+                if broken % 2 or broken != counts.broken_on_disk:
+                    counts.stale_while_broken += 1
+                else:
+                    counts.stale += 1
+
+
+def landed(file: Any, path: Path, data: bytes) -> bool:
+    """Save ``data`` over the open ``file`` in place, as vim (backupcopy=yes) and `cat >` do: did
+    it land (does the path still name that file)?"""
+    file.seek(0)
+    file.write(data)
+    file.flush()
+    st = os.fstat(file.fileno())
+    return st.st_nlink > 0 and os.stat(path).st_ino == st.st_ino
+
+
+def editor(path: Path, deadline: float, counts: Counts) -> None:
+    """Right after each rename, change account b's digit in place; every BROKEN_EVERY saves, first
+    a broken version of the same size (no write may rename over it), then the valid one.  Writers
+    touch account a only, so a version without the last landed digit is one renamed over that
+    save, and no later version brings the digit back: each save's read finds every loss before
+    it (the caller checks the last)."""
+    last, seen = 0, os.stat(path).st_ino
+    while time.monotonic() < deadline:
+        st = os.stat(path)
+        if st.st_ino == seen:
+            time.sleep(0.0002)
+            continue
+        seen = st.st_ino
+        with open(path, "r+b") as file:
+            raw = file.read()
+            match = HAND.search(raw)
+            if match is None:
+                counts.errors.append("account b's queue is gone: %r" % raw[:200])
+                return
+            found = int(match.group(1))
+            counts.edits_overwritten += found != last
+            last, value = found, (found + 1) % 10
+            saved = raw[: match.start(1)] + b"%d" % value + raw[match.end(1) :]
+            counts.saves += 1
+            counts.same_second += int(time.time()) == int(st.st_mtime)
+            if counts.saves % BROKEN_EVERY == 0:
+                counts.broken += 1
+                counts.broken_on_disk += 1
+                broken = saved[: match.start()] + b"'" + saved[match.start() + 1 :]  # 'hand-1"
+                if landed(file, path, broken):
+                    time.sleep(BROKEN_HOLD)  # the writes meanwhile must be refused (409)
+                    file.seek(0)
+                    same = os.stat(path).st_ino == os.fstat(file.fileno()).st_ino
+                    kept = same and file.read() == broken
+                    counts.broken_overwritten += not kept
+                    if kept and landed(file, path, saved):
+                        last = value
+                        counts.landed += 1
+                counts.broken_on_disk += 1
+            elif landed(file, path, saved):
+                last = value
+                counts.landed += 1
+    final = HAND.search(path.read_bytes())
+    counts.edits_overwritten += final is None or int(final.group(1)) != last
+
+
+def editor_soak(seconds: float) -> int:
+    """The --editor soak, for ``seconds``: print its figures; 0 if each is as it must be."""
+    # This script owns its process: SIGTERM unwinds it too (servers stopped, the mount unmounted).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    counts = Counts()
+    with tempfile.TemporaryDirectory() as top, contextlib.ExitStack() as stack:
+        folder = Path(top) / "data"
+        folder.mkdir()
+        where = stack.enter_context(coarse_folder(folder))
+        path = folder / "data.json"
+        b = {"token": TOKENS[1], "queues": [dict(TEMPLATE, name="hand-0")]}
+        path.write_text(json.dumps({"accounts": [{"token": TOKENS[0], "queues": []}, b]}))
+        servers = [stack.enter_context(serving(path, "--writable", "--quiet")) for _ in "ab"]
+        deadline = time.monotonic() + seconds
+        threads = [
+            threading.Thread(target=writer, args=(servers, deadline, counts, i), daemon=True)
+            for i in range(4)
+        ]
+        threads.append(threading.Thread(target=editor, args=(path, deadline, counts), daemon=True))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        accounts = json.loads(path.read_bytes())["accounts"]
+        a = next(account for account in accounts if account["token"] == TOKENS[0])
+        names = {queue["name"] for queue in a["queues"]}
+        stopped = [server.stop() for server in servers]
+    figures = {
+        "acknowledged writes lost": len(counts.acked - names),
+        "failed writes landed": len(counts.failed & names),
+        "stale reads through the other server": counts.stale,
+        "hand edits overwritten": counts.edits_overwritten,
+        "broken saves overwritten": counts.broken_overwritten,
+    }
+    print("editor soak: %g s on %s; two writing servers, 4 writers" % (seconds, where))
+    refused = ", ".join("%d: %d" % pair for pair in sorted(counts.refused.items()))
+    print(
+        "writes: %d acknowledged, %d refused (%s); reads while a broken save was on disk, answered "
+        "from the last good version (not counted): %d"
+        % (len(counts.acked), len(counts.failed), refused, counts.stale_while_broken)
+    )
+    print(
+        "editor: %d saves in place, %d in the same second as the rename before; %d valid ones "
+        "landed; %d broken ones" % (counts.saves, counts.same_second, counts.landed, counts.broken)
+    )
+    for name, count in figures.items():
+        print("%s: %d" % (name, count))
+    statuses = [status for status, _, _ in stopped]
+    tracebacks = sum(err.count("Traceback") for _, _, err in stopped)
+    print("errors: %d %s" % (len(counts.errors), counts.errors[:3] or ""))
+    print("servers' exit statuses after SIGTERM: %s; tracebacks: %d" % (statuses, tracebacks))
+    ok = not any(figures.values()) and not counts.errors and statuses == [0, 0] and not tracebacks
+    print("result: %s" % ("OK" if ok else "FAILED"))
+    return 0 if ok else 1
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--reload-every", type=float, default=3)
+    parser.add_argument("--editor", action="store_true", help="issue 59.1's hand editor instead")
     args = parser.parse_args(argv)
+    if args.editor:
+        return editor_soak(args.seconds)
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "data.json"
