@@ -813,7 +813,7 @@ def _locked(
             else:
                 stuck(False)
                 # Read through a description of its own, which may be held open after the lock is
-                # let go (see _Served._hold): a copy of this one would keep the lock.
+                # let go (see _Served._keep_open): a copy of this one would keep the lock.
                 held = _Held(_open(target), target, os.fstat(fd))
                 try:
                     if _same_file(os.fstat(held.fd), held.stat) and held.names(
@@ -1075,7 +1075,7 @@ class _Version:
             return False
         return self.judged_at - max(on_disk.mtime_ns, on_disk.ctime_ns) / 1e9 >= RACY_SECONDS
 
-    def holds(self, raw: bytes) -> bool:
+    def has_bytes(self, raw: bytes) -> bool:
         """Whether ``raw`` is, byte for byte, the version in service."""
         return self.store is not None and raw == self.raw
 
@@ -1107,7 +1107,7 @@ class _Served:
     def version(self) -> _Version:
         return self._version
 
-    def look(self, force: bool = False, renamed: bool = False) -> bool:
+    def reload(self, force: bool = False, renamed: bool = False) -> bool:
         """Load the file unless stat shows it to be the version judged (``renamed``: a version
         renamed over it, which always has another signature, is the only change looked for);
         parse it unless it holds the bytes in service (``force``: whatever it holds); tell whether
@@ -1121,7 +1121,7 @@ class _Served:
             before = self._version.store
             fault = self.load(force)
             if fault is not None:
-                self.report(fault)
+                self.log_problem(fault)
                 return False
             loaded = self._version.store is not before
         if loaded:
@@ -1129,27 +1129,27 @@ class _Served:
         return loaded
 
     def load(self, force: bool = False) -> Optional[DataError]:
-        """Read and judge the file (see judge), read again while it changes; return its fault,
-        noted (see refuse), if any.  Precondition: _lock is held, or this is the constructor."""
+        """Read and load the file (see load_version), read again while it changes; return its fault,
+        noted (see set_failed), if any.  Precondition: _lock is held, or this is the constructor."""
         try:
             with _opened(self.path, self.max_size) as (fd, found):
-                self.judge(fd, found, force)
+                self.load_version(fd, found, force)
             return None
         except DataError as exc:
             fault = exc
         except Exception:  # a bug: the last good version stays, as for a bad file
             logger.exception("%s: cannot build a snapshot", self.path)
             fault = DataError([])
-        self.refuse(fault.signature, fault)
+        self.set_failed(fault.signature, fault)
         return fault
 
-    def judge(self, fd: int, found: Read, force: bool = False) -> Store:
+    def load_version(self, fd: int, found: Read, force: bool = False) -> Store:
         """The store of the version ``found``, read from ``fd``: the one in service if it holds
         the same bytes (unless ``force``), else a new one put in service; a DataError (with its
         signature) where it does not load.  Precondition: _lock is held."""
         version = self._version
-        if not force and version.failed_at is None and version.holds(found.raw):
-            self._hold(fd)
+        if not force and version.failed_at is None and version.has_bytes(found.raw):
+            self._keep_open(fd)
             self._version = dataclasses.replace(
                 version, signature=found.signature, judged_at=time.time()
             )
@@ -1158,13 +1158,13 @@ class _Served:
             store = parse(found.raw, self.path, self._token, self._fallback)
         except DataError as exc:
             raise type(exc)(exc.faults, found.signature) from None
-        self.put(fd, found.signature, store, found.raw)
+        self.serve(fd, found.signature, store, found.raw)
         return store
 
-    def put(self, fd: int, signature: Signature, store: Store, raw: bytes) -> None:
+    def serve(self, fd: int, signature: Signature, store: Store, raw: bytes) -> None:
         """Put ``store`` in service, as the version ``signature`` holding ``raw``, open as
         ``fd``.  Precondition: _lock is held, or this is the constructor."""
-        self._hold(fd)
+        self._keep_open(fd)
         now = time.time()
         self._version = _Version(signature, now, store, raw, loaded_at=now)
         if self.first is None:
@@ -1173,18 +1173,18 @@ class _Served:
             logger.warning("%s: good again", self.path)  # a fault's end: shown with --quiet too
             self._fault = None
 
-    def refuse(self, signature: Optional[Signature], fault: DataError) -> None:
+    def set_failed(self, signature: Optional[Signature], fault: DataError) -> None:
         """Note that the version ``signature`` was judged and refused (None: it is read again at
         the next look): the last good version stays.  Precondition: _lock is held, or this is
         the constructor."""
-        self._hold(-1)
+        self._keep_open(-1)
         now = time.time()
         since = self._version.failed_at or now
         self._version = dataclasses.replace(
             self._version, signature=signature, judged_at=now, failed_at=since
         )
 
-    def report(self, fault: DataError) -> None:
+    def log_problem(self, fault: DataError) -> None:
         """Log a fault when it starts (not at every look while it lasts).  Precondition: _lock is
         held, or this is the constructor."""
         first = fault.faults[0] if fault.faults else type(fault).__name__
@@ -1201,7 +1201,7 @@ class _Served:
         else:
             logger.error("%s: keeping the last good version", self.path)
 
-    def _hold(self, fd: int) -> None:
+    def _keep_open(self, fd: int) -> None:
         """Hold a copy of ``fd`` (-1: none) open as the version judged, letting the last go."""
         if self._file >= 0:
             os.close(self._file)
@@ -1222,7 +1222,7 @@ class _Served:
 
     def close(self) -> None:
         with self._lock:
-            self._hold(-1)
+            self._keep_open(-1)
 
 
 # ---- DataFile: the version in service, its reloader and its writer -------------------------------
@@ -1272,7 +1272,7 @@ class DataFile:
             if required:
                 self._served.close()
                 raise fault
-            self._served.report(fault)
+            self._served.log_problem(fault)
         self._start()
         _open_files.add(self)
 
@@ -1284,7 +1284,7 @@ class DataFile:
         if self._forked:
             self._adopt()
         if self.writable and _stat(self.path) != self._served.version.signature:
-            self._served.look(renamed=True)
+            self._served.reload(renamed=True)
         return self._served.version.store
 
     def status(self) -> Status:
@@ -1294,8 +1294,8 @@ class DataFile:
         return self._served.status()
 
     def refresh(self, force: bool = False) -> bool:
-        """Look now, from this thread (see _Served.look): tell whether a version was loaded."""
-        return self._served.look(force)
+        """Look now, from this thread (see _Served.reload): tell whether a version was loaded."""
+        return self._served.reload(force)
 
     def wake(self) -> None:
         """Have the reloader look now, reloading even an unchanged file; no lock: signal-safe."""
@@ -1368,10 +1368,10 @@ class DataFile:
         served = self._served
         with served._lock:
             try:
-                store = served.judge(held.fd, found)
+                store = served.load_version(held.fd, found)
             except DataError as exc:
-                served.refuse(exc.signature, exc)
-                served.report(exc)
+                served.set_failed(exc.signature, exc)
+                served.log_problem(exc)
                 raise Unloadable(
                     ["%s: does not load (the fault is logged); nothing was written" % self.path]
                 ) from None
@@ -1403,7 +1403,7 @@ class DataFile:
                 if again is None or again.raw != found.raw:
                     return None
                 os.replace(new.path, held.target)
-                served.put(new.fd, _signature(os.fstat(new.fd)), fresh, fresh.lines)
+                served.serve(new.fd, _signature(os.fstat(new.fd)), fresh, fresh.lines)
         return did
 
     def replace(self, raw: bytes) -> Store:
@@ -1419,7 +1419,7 @@ class DataFile:
                 with self._served._lock:
                     os.replace(new.path, held.target)
                     signature = _signature(os.fstat(new.fd))
-                    self._served.put(new.fd, signature, fresh, fresh.lines)
+                    self._served.serve(new.fd, signature, fresh, fresh.lines)
                     self._served.first = fresh
         return fresh
 

@@ -202,8 +202,8 @@ MUTANTS: List[Mutant] = [
     M(
         "reload",
         "store.py",
-        "self.refuse(fault.signature, fault)",
-        "self.refuse(_stat(self.path), fault)",
+        "self.set_failed(fault.signature, fault)",
+        "self.set_failed(_stat(self.path), fault)",
     ),
     M("reload", "store.py", "os.register_at_fork(after_in_child=after_fork)", "pass"),
     M("reload", "store.py", "        del data  # wait without holding it\n", ""),
@@ -382,14 +382,14 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "                store = served.judge(held.fd, found)\n",
+        "                store = served.load_version(held.fd, found)\n",
         "                store = cast(Store, served.version.store)\n",
         WRITES,
     ),
     M(
         "writes",
         "store.py",
-        "if not force and version.failed_at is None and version.holds(found.raw):",
+        "if not force and version.failed_at is None and version.has_bytes(found.raw):",
         "if not force and version.store is not None:",
         ("tests/test_writes.py", "tests/test_writer.py"),
     ),
@@ -447,8 +447,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "served.put(new.fd, _signature(os.fstat(new.fd)), fresh, fresh.lines)",
-        "served.put(new.fd, found.signature, fresh, fresh.lines)",
+        "served.serve(new.fd, _signature(os.fstat(new.fd)), fresh, fresh.lines)",
+        "served.serve(new.fd, found.signature, fresh, fresh.lines)",
         WRITES,
     ),
     M(
