@@ -653,7 +653,7 @@ def save(asked: Asked, noun: str, edit: store.Edit) -> Answer:
 def _refused(exc: store.DataError) -> HTTPError:
     """The answer to a write the store refused, each kind named; the reason is logged (the answer
     does not name the file)."""
-    logger.error("%s", exc.faults[0] if exc.faults else exc)  # it says nothing was written
+    logger.error("%s", exc.problems[0] if exc.problems else exc)  # it says nothing was written
     if isinstance(exc, store.Unloadable):
         return Conflict()
     if isinstance(exc, store.TooLarge):
@@ -1593,9 +1593,9 @@ def _yield_to_workers(record: logging.LogRecord) -> bool:
 def _not_loaded(exc: store.DataError, path: str, prog: str) -> int:
     """Say why the data file ``path`` does not load, and how to start; exit status 2."""
     if isinstance(exc, store.TokenMissing):
-        return _fail(exc.faults + ["The built-in dev token serves only a loopback address."])
+        return _fail(exc.problems + ["The built-in dev token serves only a loopback address."])
     if os.path.lexists(path):
-        return _fail(exc.faults)
+        return _fail(exc.problems)
     example = "to start from the example: %s --example > %s" % (prog, path)
     return _fail(["%s: no such file; %s" % (os.path.abspath(path), example)])
 
@@ -1808,7 +1808,7 @@ def _add_switches(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quiet",
         action="store_true",
-        help="no line a request, reload or reset: only faults (default: log each)",
+        help="no line a request, reload or reset: only problems (default: log each)",
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(

@@ -2,7 +2,7 @@
 
 The file holds one account (``{"urlGroups": [...], "queues": [...]}``, whose token the caller
 supplies) or several (``{"accounts": [{"token": ...}, ...]}``).  It becomes dataclasses, or a
-:class:`DataError` listing every fault with its place.  :class:`DataFile` keeps the last good
+:class:`DataError` listing every problem with its place.  :class:`DataFile` keeps the last good
 snapshot of a file people edit while it is served, and is its one writer.  From the shell: ``python
 app.py --check --data FILE``.
 """
@@ -49,7 +49,7 @@ EXAMPLE = """\
 DEFAULT_MAX_SIZE = 64 * 1024 * 1024
 MAX_SAFE_INTEGER = 2**53 - 1  # the largest integer a JavaScript client reads back exactly
 _YEAR_2001_MS = 978307200000
-MAX_FAULTS = 50  # how many faults one report lists before it counts the rest
+MAX_PROBLEMS = 50  # how many problems one report lists before it counts the rest
 READ_ATTEMPTS = 4  # reads of a file that changes while it is read, in one look, before giving up
 #: How long after a version of the file is written a later one may still carry its signature: the
 #: coarsest timestamps (FAT's; ext3, HFS+ and ext4 with small inodes keep whole seconds).  A version
@@ -64,8 +64,8 @@ LOCK_STUCK = 0.5
 #: Versions saved by hand while one write works that it redoes its change on, before a 409.
 WRITE_ATTEMPTS = 3
 _READ_CHUNK = 1 << 24
-_MISSING: Any = object()  # a key the object does not have (its fault is said once, as missing)
-_BESIDE_ACCOUNTS = (  # the fault of a key beside "accounts"
+_MISSING: Any = object()  # a key the object does not have (its problem is said once, as missing)
+_BESIDE_ACCOUNTS = (  # the problem of a key beside "accounts"
     "unknown key next to 'accounts' (a file lists accounts, or holds 'urlGroups' and 'queues' of "
     "one account, not both)"
 )
@@ -96,11 +96,12 @@ class Signature(NamedTuple):
 
 
 class DataError(Exception):
-    """A data file that cannot be served or written: its ``faults`` and the ``signature`` judged."""
+    """A data file that cannot be served or written: its ``problems``, and the ``signature``
+    judged."""
 
-    def __init__(self, faults: list[str], signature: Optional[Signature] = None) -> None:
-        super().__init__("\n".join(faults))
-        self.faults, self.signature = faults, signature
+    def __init__(self, problems: list[str], signature: Optional[Signature] = None) -> None:
+        super().__init__("\n".join(problems))
+        self.problems, self.signature = problems, signature
 
 
 class TokenMissing(DataError):
@@ -158,7 +159,7 @@ def is_flag(value: Any) -> bool:
 
 
 class Rule(NamedTuple):
-    """What a field's values must be: its check, and what a fault's message says it expects."""
+    """What a field's values must be: its check, and what a problem's message says it expects."""
 
     check: Callable[[Any], bool]
     expected: str
@@ -431,10 +432,10 @@ def parse(
     else ``fallback`` (then ``fallback_used``), else TokenMissing."""
     checker = _Checker()
     accounts = checker.document(_json(raw, source), fallback if token is None else token)
-    if checker.faults:
-        lines = ["%s: %s" % (source, fault) for fault in checker.faults[:MAX_FAULTS]]
-        if len(checker.faults) > MAX_FAULTS:
-            lines.append("%s: ... and %d more" % (source, len(checker.faults) - MAX_FAULTS))
+    if checker.problems:
+        lines = ["%s: %s" % (source, problem) for problem in checker.problems[:MAX_PROBLEMS]]
+        if len(checker.problems) > MAX_PROBLEMS:
+            lines.append("%s: ... and %d more" % (source, len(checker.problems) - MAX_PROBLEMS))
         raise DataError(lines)
     fallback_used = checker.single_account and token is None
     if fallback_used and fallback is None:
@@ -495,27 +496,27 @@ def _json(raw: bytes, source: str) -> Any:
 
 
 class _Checker:
-    """Builds dataclasses from the parsed document by the fields' rules, noting every fault."""
+    """Builds dataclasses from the parsed document by the fields' rules, noting every problem."""
 
     def __init__(self) -> None:
-        self.faults: list[str] = []
+        self.problems: list[str] = []
         self.single_account = False
 
-    def fault(self, array: str, i: Optional[int], key: Optional[str], message: str) -> None:
-        """Note a fault at ``key`` of element ``i`` of ``array`` (either may be None)."""
+    def problem(self, array: str, i: Optional[int], key: Optional[str], message: str) -> None:
+        """Note a problem at ``key`` of element ``i`` of ``array`` (either may be None)."""
         where = array if i is None else "%s[%d]" % (array, i)
         if key is not None:
             # A key from the file: keep the line short and whole.
             if len(key) > 60 or not key.isprintable():
                 key = _show(key)
             where = key if where == "(top level)" else "%s.%s" % (where, key)
-        self.faults.append("%s: %s" % (where, message))
+        self.problems.append("%s: %s" % (where, message))
 
     def document(self, value: Any, token: Optional[str]) -> tuple[Account, ...]:
         if type(value) is dict and "accounts" in value:
             for key in value:
                 if key != "accounts":
-                    self.fault("(top level)", None, key, _BESIDE_ACCOUNTS)
+                    self.problem("(top level)", None, key, _BESIDE_ACCOUNTS)
             digests: dict[bytes, int] = {}
             return tuple(
                 account
@@ -531,37 +532,37 @@ class _Checker:
         return (self.collections(top, "", digest, None),)
 
     def each(self, value: Any, array: str) -> list[Any]:
-        """The array ``value``, or [] and a fault if it is not one."""
+        """The array ``value``, or [] and a problem if it is not one."""
         if type(value) is not list:
-            self.fault(array, None, None, "expected an array, got %s" % _show(value))
+            self.problem(array, None, None, "expected an array, got %s" % _show(value))
             return []
         return value
 
     def fields(self, value: Any, array: str, i: Optional[int], kind: Any) -> Any:
-        """``value`` if it is an object; its keys that are unknown, missing or twice are faults."""
+        """``value`` if it is an object; keys unknown, missing or given twice are problems."""
         if type(value) is dict and _KEY_SETS[kind][0] <= value.keys() <= _KEY_SETS[kind][1]:
             return value
         required, optional = KEYS[kind]
         if type(value) is not dict:
-            self.fault(array, i, None, "expected an object, got %s" % _show(value))
+            self.problem(array, i, None, "expected an object, got %s" % _show(value))
             return None
         for key in value:
             if key is _TWICE:
                 for twice in value[_TWICE]:
-                    self.fault(array, i, twice, "given twice in one object (only one is allowed)")
+                    self.problem(array, i, twice, "given twice in one object (only one is allowed)")
             elif key not in required + optional:
-                self.fault(
+                self.problem(
                     array, i, key, "unknown key (expected '%s')" % "', '".join(required + optional)
                 )
         for key in (key for key in required if key not in value):
-            self.fault(array, i, key, "missing")
-        return value  # what is there is judged too: every fault of an item is reported
+            self.problem(array, i, key, "missing")
+        return value  # what is there is judged too: every problem of an item is reported
 
     def item(self, value: Any, array: str, i: int, cls: Any, seen: dict[str, int]) -> Any:
         """Build the item of kind ``cls`` at ``array[i]`` by its schema, rule by rule, or note its
-        faults and return None."""
-        faults, (required, known) = len(self.faults), _KEY_SETS[cls]
-        item = value  # the keys as the schema has them, or each fault said by fields():
+        problems and return None."""
+        before, (required, known) = len(self.problems), _KEY_SETS[cls]
+        item = value  # the keys as the schema has them, or each problem said by fields():
         if type(value) is not dict or not required <= value.keys() <= known:
             item = self.fields(value, array, i, cls)
             if item is None:
@@ -579,15 +580,17 @@ class _Checker:
                 if key == "name":
                     self.name(found, array, i, seen, rule)
                 else:
-                    self.fault(array, i, key, "expected %s, got %s" % (rule.expected, _show(found)))
+                    self.problem(
+                        array, i, key, "expected %s, got %s" % (rule.expected, _show(found))
+                    )
                     continue
             elif key == "name" and seen.setdefault(found, i) != i:
                 self.name(found, array, i, seen, rule)
             elif key == "updatedAt" and values.get("created_at", -1) > found:
                 created = "not before createdAt (%d)" % values["created_at"]
-                self.fault(array, i, key, "expected a time %s, got %d" % (created, found))
+                self.problem(array, i, key, "expected a time %s, got %d" % (created, found))
             values[attr] = found
-        return cls(**values) if len(self.faults) == faults else None
+        return cls(**values) if len(self.problems) == before else None
 
     def name(self, value: Any, array: str, i: int, seen: dict[str, int], rule: Rule) -> None:
         """Say why an item's name breaks its rule or is there already in its array."""
@@ -595,10 +598,10 @@ class _Checker:
             expected = rule.expected
             if type(value) is not str or not value:
                 expected = "a non-empty string"
-            self.fault(array, i, "name", "expected %s, got %s" % (expected, _show(value)))
+            self.problem(array, i, "name", "expected %s, got %s" % (expected, _show(value)))
         elif seen.setdefault(value, i) != i:
             also = "%s[%d].name" % (array, seen[value])
-            self.fault(array, i, "name", "duplicate name %s (also at %s)" % (_show(value), also))
+            self.problem(array, i, "name", "duplicate name %s (also at %s)" % (_show(value), also))
 
     def account(
         self, value: Any, array: str, i: int, digests: dict[bytes, int]
@@ -609,20 +612,20 @@ class _Checker:
         if digest is None:
             return None
         if digests.setdefault(digest, i) != i:
-            self.fault(array, i, None, "same token as %s[%d]" % (array, digests[digest]))
+            self.problem(array, i, None, "same token as %s[%d]" % (array, digests[digest]))
         key = "token" if "token" in item else "tokenSha256"
         return self.collections(item, "%s[%d]." % (array, i), digest, (key, item[key]))
 
     def token(self, item: dict[str, Any], array: str, i: int) -> Optional[bytes]:
         if ("token" in item) == ("tokenSha256" in item):
-            self.fault(array, i, None, "expected exactly one of 'token' or 'tokenSha256'")
+            self.problem(array, i, None, "expected exactly one of 'token' or 'tokenSha256'")
             return None
         if "token" in item:
             token = item["token"]
             problem = check_token(token) if type(token) is str else "expected a string"
             if problem is None:
                 return hashlib.sha256(token.encode()).digest()
-            self.fault(array, i, "token", problem)  # never the value: it is meant to be a secret
+            self.problem(array, i, "token", problem)  # never the value: it is meant to be a secret
             return None
         value = item["tokenSha256"]
         if type(value) is str and _SHA256_HEX.fullmatch(value):
@@ -630,7 +633,7 @@ class _Checker:
         # Never show the value either: it may be the token itself, pasted in the wrong field.
         got = "a string of %d characters" % len(value) if type(value) is str else _show(value)
         digest = "64 hexadecimal digits (a SHA-256 digest, printf %s TOKEN | sha256sum)"
-        self.fault(array, i, "tokenSha256", "expected %s, got %s" % (digest, got))
+        self.problem(array, i, "tokenSha256", "expected %s, got %s" % (digest, got))
         return None
 
     def collections(
@@ -650,17 +653,17 @@ class _Checker:
                     built[one.name] = one
         keys, value, where = None, item.get("signingKeys"), prefix + "signingKeys"
         if value is not None and type(value) is not dict:  # never the value: keys are secrets
-            self.fault(where, None, None, "expected an object with 'current' and 'next'")
+            self.problem(where, None, None, "expected an object with 'current' and 'next'")
         elif value is not None and self.fields(value, where, None, "signingKeys") is not None:
             for key in ("current", "next"):
                 if not is_text(value.get(key, "-")):  # missing is said already
-                    self.fault(where, None, key, "expected a non-empty printable string")
+                    self.problem(where, None, key, "expected a non-empty printable string")
             keys = (value.get("current", ""), value.get("next", ""))
         return Account(digest, arrays["url_groups"], arrays["queues"], keys, credential)
 
 
 def _show(value: Any) -> str:
-    """Name a JSON value in a fault message, briefly."""
+    """Name a JSON value in a problem message, briefly."""
     if isinstance(value, (dict, list)):
         return "an object" if isinstance(value, dict) else "an array"
     text = json.dumps(value, ensure_ascii=False)
@@ -1084,7 +1087,8 @@ class _Served:
     """The version in service of one data file: judged, refused and put in service by its owner
     alone.
 
-    Its lock (``_lock``) guards ``_version``, ``_file`` and ``_fault``: one look or swap at a time.
+    Its lock (``_lock``) guards ``_version``, ``_file`` and ``_problem``: one look or write at a
+    time.
     A read takes it only to load a version it needs; the writer takes it to judge the file it
     holds the flock on, and to swap in what it wrote (never while it waits for the flock).
     ``_file`` is the version judged, held open: its inode cannot come back for a later version
@@ -1097,10 +1101,12 @@ class _Served:
     ) -> None:
         self.path, self.max_size = path, max_size
         self._token, self._fallback = token, fallback
-        self._lock = threading.Lock()  # guards _version, _file and _fault (see the docstring)
+        self._lock = threading.Lock()  # guards _version, _file and _problem (see the docstring)
         self._version = _Version()
         self._file = -1
-        self._fault: Optional[str] = None  # the first line of the fault last logged, until it ends
+        self._problem: Optional[str] = (
+            None  # the first line of the problem last logged, until it ends
+        )
         self.first: Optional[Store] = None  # the first good store (see DataFile.first)
 
     @property
@@ -1111,7 +1117,7 @@ class _Served:
         """Load the file unless stat shows it to be the version judged (``renamed``: a version
         renamed over it, which always has another signature, is the only change looked for);
         parse it unless it holds the bytes in service (``force``: whatever it holds); tell whether
-        it was parsed and put in service.  A fault is logged when it starts."""
+        it was parsed and put in service.  A problem is logged when it starts."""
         with self._lock:
             on_disk = _stat(self.path)
             if renamed and on_disk == self._version.signature:
@@ -1119,9 +1125,9 @@ class _Served:
             if not force and self._version.unchanged(on_disk):
                 return False
             before = self._version.store
-            fault = self.load(force)
-            if fault is not None:
-                self.log_problem(fault)
+            problem = self.load(force)
+            if problem is not None:
+                self.log_problem(problem)
                 return False
             loaded = self._version.store is not before
         if loaded:
@@ -1129,19 +1135,20 @@ class _Served:
         return loaded
 
     def load(self, force: bool = False) -> Optional[DataError]:
-        """Read and load the file (see load_version), read again while it changes; return its fault,
-        noted (see set_failed), if any.  Precondition: _lock is held, or this is the constructor."""
+        """Read and load the file (see load_version), read again while it changes; return its
+        problem, noted (see set_failed), if any.  Precondition: _lock is held, or this is the
+        constructor."""
         try:
             with _opened(self.path, self.max_size) as (fd, found):
                 self.load_version(fd, found, force)
             return None
         except DataError as exc:
-            fault = exc
+            problem = exc
         except Exception:  # a bug: the last good version stays, as for a bad file
             logger.exception("%s: cannot build a snapshot", self.path)
-            fault = DataError([])
-        self.set_failed(fault.signature, fault)
-        return fault
+            problem = DataError([])
+        self.set_failed(problem.signature, problem)
+        return problem
 
     def load_version(self, fd: int, found: Read, force: bool = False) -> Store:
         """The store of the version ``found``, read from ``fd``: the one in service if it holds
@@ -1157,7 +1164,7 @@ class _Served:
         try:
             store = parse(found.raw, self.path, self._token, self._fallback)
         except DataError as exc:
-            raise type(exc)(exc.faults, found.signature) from None
+            raise type(exc)(exc.problems, found.signature) from None
         self.serve(fd, found.signature, store, found.raw)
         return store
 
@@ -1169,11 +1176,11 @@ class _Served:
         self._version = _Version(signature, now, store, raw, loaded_at=now)
         if self.first is None:
             self.first = store
-        if self._fault is not None:
-            logger.warning("%s: good again", self.path)  # a fault's end: shown with --quiet too
-            self._fault = None
+        if self._problem is not None:
+            logger.warning("%s: good again", self.path)  # a problem's end: shown with --quiet too
+            self._problem = None
 
-    def set_failed(self, signature: Optional[Signature], fault: DataError) -> None:
+    def set_failed(self, signature: Optional[Signature], problem: DataError) -> None:
         """Note that the version ``signature`` was judged and refused (None: it is read again at
         the next look): the last good version stays.  Precondition: _lock is held, or this is
         the constructor."""
@@ -1184,15 +1191,15 @@ class _Served:
             self._version, signature=signature, judged_at=now, failed_at=since
         )
 
-    def log_problem(self, fault: DataError) -> None:
-        """Log a fault when it starts (not at every look while it lasts).  Precondition: _lock is
+    def log_problem(self, problem: DataError) -> None:
+        """Log a problem when it starts (not at every look while it lasts).  Precondition: _lock is
         held, or this is the constructor."""
-        first = fault.faults[0] if fault.faults else type(fault).__name__
-        if first == self._fault:
+        first = problem.problems[0] if problem.problems else type(problem).__name__
+        if first == self._problem:
             return
-        self._fault = first
-        passing = isinstance(fault, FileChanging)  # a writer busy with it: a warning
-        for line in fault.faults:
+        self._problem = first
+        passing = isinstance(problem, FileChanging)  # a writer busy with it: a warning
+        for line in problem.problems:
             logger.log(logging.WARNING if passing else logging.ERROR, "%s", line)
         if passing:
             return
@@ -1231,7 +1238,7 @@ class DataFile:
     writer.
 
     A reloader thread looks at the file every ``interval`` seconds (or when woken) and puts a
-    changed version in service whole (see _Served); a fault is logged when it starts and ends,
+    changed version in service whole (see _Served); a problem is logged when it starts and ends,
     and the last good version stays.  ``token``, ``fallback``: see :func:`parse`.  The first
     load raises DataError if ``required``; else :meth:`current` is None until a good version
     appears.  ``writable``: :meth:`update` writes the file, and :meth:`current` first loads
@@ -1267,12 +1274,12 @@ class DataFile:
         self._forked = False  # set in a forked child (after_fork) until its first call
         self._wake_receive: Optional[socket.socket] = None
         self._wake_send: Optional[socket.socket] = None
-        fault = self._served.load()
-        if fault is not None:
+        problem = self._served.load()
+        if problem is not None:
             if required:
                 self._served.close()
-                raise fault
-            self._served.log_problem(fault)
+                raise problem
+            self._served.log_problem(problem)
         self._start()
         _open_files.add(self)
 
@@ -1373,7 +1380,7 @@ class DataFile:
                 served.set_failed(exc.signature, exc)
                 served.log_problem(exc)
                 raise Unloadable(
-                    ["%s: does not load (the fault is logged); nothing was written" % self.path]
+                    ["%s: does not load (the problem is logged); nothing was written" % self.path]
                 ) from None
         account = store.by_digest.get(digest)
         if account is None:

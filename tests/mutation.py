@@ -202,8 +202,8 @@ MUTANTS: List[Mutant] = [
     M(
         "reload",
         "store.py",
-        "self.set_failed(fault.signature, fault)",
-        "self.set_failed(_stat(self.path), fault)",
+        "self.set_failed(problem.signature, problem)",
+        "self.set_failed(_stat(self.path), problem)",
     ),
     M("reload", "store.py", "os.register_at_fork(after_in_child=after_fork)", "pass"),
     M("reload", "store.py", "        del data  # wait without holding it\n", ""),
@@ -252,7 +252,7 @@ MUTANTS: List[Mutant] = [
         "            if data is None or data._closed:\n                return",
         "            if data is None:\n                return",
     ),
-    M("reload", "store.py", "        if first == self._fault:\n            return\n", ""),
+    M("reload", "store.py", "        if first == self._problem:\n            return\n", ""),
     M(
         "reload",
         "store.py",
@@ -719,8 +719,8 @@ MUTANTS: List[Mutant] = [
     M(
         "keys",
         "store.py",
-        'self.fault(where, None, key, "expected a non-empty printable string")',
-        'self.fault(where, None, key, "expected a non-empty printable string, got %r" % value[key])',
+        'self.problem(where, None, key, "expected a non-empty printable string")',
+        'self.problem(where, None, key, "expected a non-empty printable string, got %r" % value[key])',
         tuple(QUICK + ["tests/test_keys.py"]),
     ),
     # settings

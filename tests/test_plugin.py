@@ -232,7 +232,7 @@ def test_the_runner_as_printed_serves_a_copy_and_exits_with_the_commands_status(
     tmp_path: Path, status: int
 ) -> None:
     """The README's command line, with a command that resets, writes and checks 30 times: it
-    finds the server at once, the fixture is left as it was, nothing but faults is printed
+    finds the server at once, the fixture is left as it was, nothing but problems is printed
     (--quiet), and the exit status is the command's."""
     command = readme_section_block("In your tests", "sh", "--run").strip()
     assert command.endswith(" --run node --test --test-concurrency=2")
@@ -530,12 +530,12 @@ def test_a_fault_names_the_file_or_fixture_given_not_a_copy(tmp_path: Path) -> N
     with pytest.raises(service.store.DataError) as info:
         with testing.serve(str(bad)):
             pass
-    assert all(line.startswith(str(bad) + ": ") for line in info.value.faults)
+    assert all(line.startswith(str(bad) + ": ") for line in info.value.problems)
     session = testing._Session(False)
     try:
         with pytest.raises(service.store.DataError) as info:
             session.reset({"queues": [{"name": "q"}]})
-        assert all(line.startswith(testing.FIXTURE + ": ") for line in info.value.faults)
+        assert all(line.startswith(testing.FIXTURE + ": ") for line in info.value.problems)
     finally:
         session.close()
     done = subprocess.run(

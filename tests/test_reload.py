@@ -232,7 +232,7 @@ def test_a_device_behind_a_symlink_is_refused(tmp_path: Path) -> None:
     link.symlink_to("/dev/zero")
     with pytest.raises(store.DataError) as info:
         service.open_data(str(link), None)
-    assert info.value.faults == [
+    assert info.value.problems == [
         "%s: cannot read: not a regular file but a character device" % link
     ]
 
@@ -387,7 +387,7 @@ def test_a_file_that_grows_past_the_limit_while_read_is_refused(
     monkeypatch.setattr(store, "read_at_most", lambda read, limit: None)
     with pytest.raises(store.DataError) as info:
         read_file(str(path))
-    assert info.value.faults == [
+    assert info.value.problems == [
         "%s: cannot read: it grew while being read, over the limit of 64 MB "
         "(--max-size, QSTASH_LISTS_MAX_SIZE)" % path
     ]
@@ -523,7 +523,7 @@ def test_a_file_larger_than_fstat_said_is_cut_off_at_the_limit(
     monkeypatch.setattr(os, "fstat", lambda fd: _Stat(os.stat(fd), 10))
     with pytest.raises(store.DataError) as info:
         read_file(str(path), max_size=size - 1)  # ...and the read stops one byte past the limit
-    assert info.value.faults == [
+    assert info.value.problems == [
         "%s: cannot read: it grew while being read, over the limit of %d bytes "
         "(--max-size, QSTASH_LISTS_MAX_SIZE)" % (path, size - 1)
     ]
@@ -536,7 +536,7 @@ def test_a_file_of_exactly_the_limit_is_read_and_never_more_than_one_byte_past_i
     assert read_file(str(path), max_size=size)[0] == path.read_bytes()
     with pytest.raises(store.DataError) as info:
         read_file(str(path), max_size=size - 1)
-    assert info.value.faults[0].endswith(
+    assert info.value.problems[0].endswith(
         ": cannot read: %d bytes, over the limit of %d bytes (--max-size, "
         "QSTASH_LISTS_MAX_SIZE)" % (size, size - 1)
     )

@@ -34,7 +34,7 @@ def faults(document: Any) -> List[str]:
     raw = document if isinstance(document, bytes) else json.dumps(document).encode()
     with pytest.raises(store.DataError) as info:
         store.parse(raw, "data.json", "t")
-    return info.value.faults
+    return info.value.problems
 
 
 def one(document: Any) -> str:
@@ -397,7 +397,7 @@ def test_every_fault_is_reported_not_just_the_first() -> None:
 
 def test_reports_stop_at_a_cap() -> None:
     found = faults({"queues": [dict(Q, name="q%d" % i, lag=-1) for i in range(80)]})
-    assert len(found) == store.MAX_FAULTS + 1
+    assert len(found) == store.MAX_PROBLEMS + 1
     assert found[-1] == "data.json: ... and 30 more"
 
 
@@ -514,7 +514,7 @@ def test_encode_writes_the_bytes_json_dumps_would() -> None:
 def test_an_unreadable_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(store.DataError) as info:
         store.load(str(tmp_path / "missing.json"), "t")
-    assert info.value.faults == [
+    assert info.value.problems == [
         "%s: cannot read: No such file or directory" % (tmp_path / "missing.json")
     ]
 
@@ -682,7 +682,7 @@ def test_random_faults_are_always_reported_and_good_files_load_exactly() -> None
         try:
             result = store.parse(raw, "f", None)
         except store.DataError as exc:
-            assert exc.faults and all(line.startswith("f: ") for line in exc.faults)
+            assert exc.problems and all(line.startswith("f: ") for line in exc.problems)
             rejected += 1
             continue
         loaded += 1

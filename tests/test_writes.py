@@ -697,7 +697,7 @@ def test_a_hand_edit_that_repeats_a_known_account_is_refused_by_the_process_that
     assert reader.current() is before and reader.status().failed_at is not None
     with pytest.raises(store.DataError) as info:
         store.load(str(path), None)
-    assert "same token as accounts[0]" in info.value.faults[0]
+    assert "same token as accounts[0]" in info.value.problems[0]
     writer.close()
     reader.close()
 
