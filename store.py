@@ -1527,23 +1527,29 @@ class DataFile:
         self._wake_receive.settimeout(self.interval)
 
     def _adopt(self) -> None:
-        """The first call in a forked child: start its reloader, which looks at once.  The call
-        waits for no load (the reloader's look may be one, under _Served's lock)."""
+        """The first call in a forked child: start its reloader, woken to look now; the call
+        waits for no load."""
         with self._turn:  # held for a moment only
             if self._forked:
                 self._forked = False
                 self._start()
+                self.wake()
 
 
 def _reloader(
     ref: "weakref.ReferenceType[DataFile]", receive: socket.socket, send: socket.socket
 ) -> None:
-    """The loop of a DataFile's reloader thread: look at once, then every interval (the socket's
-    timeout), and at once when woken (``send``), while it is open; then close both sockets (a
-    wake after that is an OSError that wake() ignores)."""
-    force = False
+    """The loop of a DataFile's reloader thread: look every interval (the socket's timeout), and
+    at once when woken (``send``), while it is open; then close both sockets (a wake after that
+    is an OSError that wake() ignores)."""
     try:
         while True:
+            try:
+                force = bool(receive.recv(4096))  # what wake() sent (many wakes: one look)
+            except socket.timeout:
+                force = False
+            except OSError:  # closed under it: uWSGI closes every descriptor to re-execute itself
+                return
             data = ref()
             if data is None or data._closed:
                 return
@@ -1552,12 +1558,6 @@ def _reloader(
             except Exception:  # never let the reloader die
                 logger.exception("%s: reloader error", data.path)
             del data  # wait without holding it
-            try:
-                force = bool(receive.recv(4096))  # what wake() sent (many wakes: one look)
-            except socket.timeout:
-                force = False
-            except OSError:  # closed under it: uWSGI closes every descriptor to re-execute itself
-                return
     finally:
         for end in (receive, send):
             with contextlib.suppress(OSError):
@@ -1576,9 +1576,9 @@ def after_fork() -> None:
     load under way in the parent holds its store in its own thread's locals).  It drops what
     only the parent's threads, which are not in the child, could end: _Served's lock and
     ``_turn`` (either may be held), ``_writing`` and ``_contended`` (a write under way), and the
-    reloader's socket pair (the parent's).  Its first call starts its own reloader, which looks
-    at once (no thread starts inside a fork hook: a fork to exec needs none).  The reloader
-    computes no ``cached_property`` (whose lock, before Python 3.12, a fork could leave held)."""
+    reloader's socket pair (the parent's).  Its first call starts its own reloader (no thread
+    starts inside a fork hook: a fork to exec needs none).  The reloader computes no
+    ``cached_property`` (whose lock, before Python 3.12, a fork could leave held)."""
     for data in list(_open_files):
         if not data._closed:
             data._served._lock = threading.Lock()
