@@ -1223,10 +1223,6 @@ class _Served:
                 return status._replace(failed_at=time.time())
         return status
 
-    def after_fork(self) -> None:
-        """In a forked child: the parent's threads, which may hold the lock, are not here."""
-        self._lock = threading.Lock()
-
     def close(self) -> None:
         with self._lock:
             self._keep_open(-1)
@@ -1453,13 +1449,13 @@ class DataFile:
         self._wake_receive.settimeout(self.interval)
 
     def _adopt(self) -> None:
-        """The first call in a forked child: its reloader, and a look at the file now."""
-        with self._served._lock:
-            started, self._forked = self._forked, False
-            if started:
+        """The first call in a forked child: start its reloader, woken to look now; the call
+        waits for no load."""
+        with self._turn:  # held for a moment only
+            if self._forked:
+                self._forked = False
                 self._start()
-        if started:
-            self.refresh()
+                self.wake()
 
 
 def _reloader(
@@ -1494,12 +1490,20 @@ _open_files: "weakref.WeakSet[DataFile]" = weakref.WeakSet()
 
 
 def after_fork() -> None:
-    """In a forked child (Python's fork runs this; uWSGI's post-fork hook too), give every open
-    DataFile new locks and a socket pair of its own, and mark it: its first call starts its
-    reloader and looks (no thread starts inside a fork hook)."""
+    """In a forked child (Python's fork runs this; uWSGI's post-fork hook too, once or more),
+    start every open DataFile afresh from the parent's last good version.
+
+    The child keeps ``_Served._version``: a finished value, replaced whole under the lock, never
+    changed in place, so it is the version in service or the one before, never half of one (a
+    load under way in the parent holds its store in its own thread's locals).  It drops what
+    only the parent's threads, which are not in the child, could end: _Served's lock and
+    ``_turn`` (either may be held), ``_writing`` and ``_contended`` (a write under way), and the
+    reloader's socket pair (the parent's).  Its first call starts its own reloader (no thread
+    starts inside a fork hook: a fork to exec needs none).  The reloader computes no
+    ``cached_property`` (whose lock, before Python 3.12, a fork could leave held)."""
     for data in list(_open_files):
         if not data._closed:
-            data._served.after_fork()
+            data._served._lock = threading.Lock()
             data._turn = threading.Condition()
             data._writing = data._contended = False
             data._pair()  # a wake in the child, even before its first call, is its own

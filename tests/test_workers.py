@@ -104,6 +104,94 @@ def test_gunicorn_preload_workers_forked_during_a_load_serve_the_new_version(
     assert "Traceback" not in log.text()
 
 
+# A process forked by os.fork while its parent's reloader is held inside the parse of version 2:
+# its first request, with every parse in it held too, until it is answered, and then version 3.
+FORK_SCRIPT = """
+import os, sys, threading, time
+import store
+loaded, inside, gate = threading.Event(), threading.Event(), threading.Event()
+
+def parse(*args):
+    if loaded.is_set():  # a load after the first: held until the gate opens
+        inside.set()
+        gate.wait()
+    return real(*args)
+
+real, store.parse = store.parse, parse
+data = store.DataFile(sys.argv[1], interval=0.05)
+loaded.set()
+print("loaded", flush=True)
+inside.wait()  # the parent's reloader is inside the parse of version 2
+inside.clear()
+if os.fork():
+    gate.set()
+    os.wait()
+    sys.exit(0)
+data.current()  # a request: it waits for no load, though every parse here is held
+print("answered", flush=True)
+inside.wait()  # the child's own reloader is inside its load (a thread of its own)
+gate.set()
+print("ready", flush=True)
+while "third" not in data.current().accounts[0].queues:
+    time.sleep(0.01)
+print("third", flush=True)
+"""
+
+
+def _forking(fork: str, port: int, data: Path) -> List[str]:
+    """The command of each way a worker is forked (see test_a_worker_forked_...)."""
+    if fork == "os.fork":
+        return [sys.executable, "-c", FORK_SCRIPT, str(data)]
+    if fork == "uwsgi":
+        return uwsgi_command(port)
+    command = [sys.executable, "-m"] + deploy_command("gunicorn", port)
+    return command + ["--preload"] if fork == "gunicorn --preload" else command
+
+
+@pytest.mark.parametrize("fork", ["os.fork", "gunicorn --preload", "gunicorn", "uwsgi"])
+def test_a_worker_forked_while_its_parent_loads_serves_the_next_version(
+    tmp_path: Path, fork: str
+) -> None:
+    """A worker forked while its parent's reloader is inside the load of a big file (issue 60:
+    a gunicorn --preload worker forked then waited on a load no thread of its own was doing, and
+    served the old version) keeps nothing of that load: its requests wait for none, and the
+    version written after the fork is served within its interval.  gunicorn without --preload
+    (a master with no app) and uWSGI (forking from C; a killed worker forked again) alike."""
+    if fork == "uwsgi" and UWSGI is None:
+        pytest.skip("uwsgi is not installed (pip install -e '.[test]' builds it)")
+    data = write_json(tmp_path / "data.json", big_document(150000))
+    port = free_port()
+    env = {"QSTASH_LISTS_DATA": str(data), "PYTHONPATH": str(ROOT), "QSTASH_LISTS_INTERVAL": "0.05"}
+    with started(_forking(fork, port, data), env) as parent:
+        out, log = Output(parent.stdout), Output(parent.stderr)
+        if fork == "os.fork":
+            out.wait_for("loaded", timeout=60)
+        else:
+            wait_until_answered(port, timeout=60)
+            eventually(lambda: everyone_serves(port, "emails"), timeout=30)
+            workers, busy = children(parent.pid), cpu_seconds(parent.pid)
+        replace(data, big_document(150000, extra="second"))
+        if fork == "os.fork":
+            out.wait_for("answered", timeout=30)  # forked inside the parse; answered at once
+            out.wait_for("ready")
+        else:
+            if fork != "gunicorn":  # the master's reloader is building version 2...
+                eventually(lambda: cpu_seconds(parent.pid) - busy > 0.3, timeout=30)
+            if fork == "uwsgi":  # ...when a worker is forked again
+                os.kill(workers[0], signal.SIGKILL)
+            else:
+                parent.send_signal(signal.SIGHUP)  # ...when gunicorn forks new workers
+        replace(data, big_document(10, extra="third"))
+        if fork == "os.fork":
+            out.wait_for("third", timeout=30)
+        else:
+            eventually(lambda: everyone_serves(port, "third"), timeout=30)
+            # uWSGI's graceful stop can miss a worker it forked again (its own race): a quick one.
+            parent.send_signal(signal.SIGINT if fork == "uwsgi" else signal.SIGTERM)
+        assert parent.wait(timeout=30) == 0
+    assert "Traceback" not in log.text()
+
+
 @needs_uwsgi
 def test_uwsgi_workers_each_watch_the_file(tmp_path: Path) -> None:
     """uWSGI forks its workers from C after loading the app: no fork hook runs and the master's
