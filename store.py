@@ -1285,7 +1285,7 @@ class DataFile:
         first loads a version another process wrote (renamed over the file: always another
         signature, see _Served), so that a read follows every write answered."""
         if self._forked:
-            self._adopt()
+            self._start_in_child()
         if self.writable and _stat(self.path) != self._served.version.signature:
             self._served.reload(renamed=True)
         return self._served.version.store
@@ -1293,7 +1293,7 @@ class DataFile:
     def status(self) -> Status:
         """Which version is in service, since when, and since when the file on disk is not it."""
         if self._forked:
-            self._adopt()
+            self._start_in_child()
         return self._served.status()
 
     def refresh(self, force: bool = False) -> bool:
@@ -1448,7 +1448,7 @@ class DataFile:
         self._wake_send.setblocking(False)
         self._wake_receive.settimeout(self.interval)
 
-    def _adopt(self) -> None:
+    def _start_in_child(self) -> None:
         """The first call in a forked child: start its reloader, woken to look now; the call
         waits for no load."""
         with self._turn:  # held for a moment only

@@ -207,11 +207,16 @@ MUTANTS: List[Mutant] = [
     ),
     M("reload", "store.py", "os.register_at_fork(after_in_child=after_fork)", "pass"),
     M("reload", "store.py", "        del data  # wait without holding it\n", ""),
-    M("reload", "store.py", "        if started:\n            self.refresh()", "        pass"),
     M(
         "reload",
         "store.py",
-        "        if self._forked:\n            self._adopt()\n        if self.writable",
+        "                self._start()\n                self.wake()",
+        "                self._start()",
+    ),
+    M(
+        "reload",
+        "store.py",
+        "        if self._forked:\n            self._start_in_child()\n        if self.writable",
         "        if self.writable",
     ),
     M(
