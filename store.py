@@ -384,6 +384,26 @@ class Store:
             return self.accounts[0].lines + b"\n"
         return b'{"accounts": [\n' + b",\n".join([a.lines for a in self.accounts]) + b"\n]}\n"
 
+    @cached_property
+    def compact(self) -> bytes:
+        """This store's data file as compact JSON, as a tool writes it: what a write writes where
+        the writer's layout would take the file past --max-size (so that a file near the limit
+        can still be written, and a delete frees room)."""
+        accounts = [
+            {
+                **dict([account.credential] if account.credential else []),
+                **(
+                    {"signingKeys": dict(zip(("current", "next"), account.signing_keys))}
+                    if account.signing_keys
+                    else {}
+                ),
+                "urlGroups": list(account.url_groups.values()),
+                "queues": list(account.queues.values()),
+            }
+            for account in self.accounts
+        ]
+        return encode(accounts[0] if self.single_account else {"accounts": accounts})
+
     def warnings(self, source: str) -> list[str]:
         """Return what looks wrong in a valid file, one line each: no account, times in seconds."""
         if not self.accounts:
@@ -1388,13 +1408,16 @@ class DataFile:
         accounts = tuple(changed if each is account else each for each in store.accounts)
         fresh = dataclasses.replace(store, accounts=accounts)
         share, size = self.max_size // len(accounts), len(changed.lines)
-        if size > max(share, len(account.lines)):
+        if len(accounts) > 1 and size > max(share, len(account.lines)):  # one: the file's limit
             over = "this account would be %s, over its share of --max-size" % megabytes(size)
             share_is = "(%s: %d accounts)" % (megabytes(share), len(accounts))
             raise TooLarge(["%s: %s %s" % (self.path, over, share_is)])
-        if len(fresh.lines) > self.max_size:
-            raise _too_large(self.path, len(fresh.lines), self.max_size)
-        with _new_version(held.target, fresh.lines, held.stat, self.path) as new:
+        data = fresh.lines
+        if len(data) > self.max_size:  # the same data without the writer's layout
+            data = fresh.compact
+        if len(data) > self.max_size:
+            raise _too_large(self.path, len(data), self.max_size)
+        with _new_version(held.target, data, held.stat, self.path) as new:
             with served._lock:  # a read waits for the rename only
                 # Still that file, its bytes read again: stat cannot tell a save in place within
                 # the timestamps' granularity (a second on ext3, HFS+, exFAT); one in the
@@ -1406,7 +1429,7 @@ class DataFile:
                 if again is None or again.raw != found.raw:
                     return None
                 os.replace(new.path, held.target)
-                served.serve(new.fd, _signature(os.fstat(new.fd)), fresh, fresh.lines)
+                served.serve(new.fd, _signature(os.fstat(new.fd)), fresh, data)
         return did
 
     def replace(self, raw: bytes) -> Store:

@@ -452,8 +452,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "served.serve(new.fd, _signature(os.fstat(new.fd)), fresh, fresh.lines)",
-        "served.serve(new.fd, found.signature, fresh, fresh.lines)",
+        "served.serve(new.fd, _signature(os.fstat(new.fd)), fresh, data)",
+        "served.serve(new.fd, found.signature, fresh, data)",
         WRITES,
     ),
     M(
@@ -556,7 +556,7 @@ MUTANTS: List[Mutant] = [
     M(
         "safety",
         "store.py",
-        "if size > max(share, len(account.lines)):",
+        "if len(accounts) > 1 and size > max(share, len(account.lines)):",
         "if False:",
         SAFETY,
     ),
@@ -1002,8 +1002,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writer",
         "store.py",
-        "        if len(fresh.lines) > self.max_size:\n            raise _too_large(self.path, len(fresh.lines), self.max_size)\n        with _new_version(",
-        "        if False:\n            raise _too_large(self.path, len(fresh.lines), self.max_size)\n        with _new_version(",
+        "        if len(data) > self.max_size:\n            raise _too_large(self.path, len(data), self.max_size)\n        with _new_version(",
+        "        if False:\n            raise _too_large(self.path, len(data), self.max_size)\n        with _new_version(",
         WRITER,
     ),
     M(
