@@ -344,6 +344,17 @@ class Body:
         self.headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
         self.headers += self.not_modified
 
+    @staticmethod
+    def kept(asked: Asked, key: Any, data: Callable[[], bytes], cache: str = PRIVATE) -> Answer:
+        """The answer of the body ``key`` of the asked account (its bytes: ``data()``), made once
+        and kept in the account: sound because every write makes a new Account (a put-back
+        restores one whose content is equal), so a body never outlives what it encodes.  Two
+        threads may both make it; one is kept."""
+        found = asked.account.cache.get(key)
+        if found is None:
+            found = asked.account.cache.setdefault(key, Body(data(), cache))
+        return typing.cast(Body, found).answer(asked.environ)
+
     def answer(self, environ: WSGIEnvironment) -> Answer:
         """200 with the body, or 304 if If-None-Match names its ETag (weak comparison, RFC 9110,
         13.1.2).  Fresh header lists each time: some servers (wsgiref) add their own to ours."""
@@ -351,16 +362,6 @@ class Body:
         if "*" in tags or self.etag in tags or "W/" + self.etag in tags:
             return Answer("304 Not Modified", list(self.not_modified), b"")
         return Answer("200 OK", list(self.headers), self.data)
-
-
-def _cached(account: store.Account, key: Any, make: Callable[[], Body]) -> Body:
-    """The body ``key`` of ``account``, made once and kept in it.  Sound because every write makes
-    a new Account (a put-back restores one whose content is equal): a body never outlives what it
-    encodes.  Two threads may both make it; one is kept."""
-    found = account.cache.get(key)
-    if found is None:
-        found = account.cache.setdefault(key, make())
-    return typing.cast(Body, found)
 
 
 # ---- Requests: the credential, a name, a write's body --------------------------------------------
@@ -518,10 +519,7 @@ Handler = Callable[[Asked], Answer]
 
 def get_url_groups(asked: Asked) -> Answer:
     """GET /v2/topics: the account's URL groups."""
-    groups = asked.account.url_groups
-    return _cached(asked.account, "url_groups", lambda: Body(store.array(groups), PRIVATE)).answer(
-        asked.environ
-    )
+    return Body.kept(asked, "url_groups", lambda: store.array(asked.account.url_groups))
 
 
 def get_url_group(asked: Asked) -> Answer:
@@ -529,16 +527,12 @@ def get_url_group(asked: Asked) -> Answer:
     group = asked.account.url_groups.get(asked.name or "")
     if group is None:
         raise _no_such("URL group", asked.name or "")
-    key = ("url_groups", asked.name)
-    return _cached(asked.account, key, lambda: Body(group.raw, PRIVATE)).answer(asked.environ)
+    return Body.kept(asked, ("url_groups", asked.name), lambda: group.raw)
 
 
 def get_queues(asked: Asked) -> Answer:
     """GET /v2/queues: the account's queues."""
-    queues = asked.account.queues
-    return _cached(asked.account, "queues", lambda: Body(store.array(queues), PRIVATE)).answer(
-        asked.environ
-    )
+    return Body.kept(asked, "queues", lambda: store.array(asked.account.queues))
 
 
 def get_queue(asked: Asked) -> Answer:
@@ -546,8 +540,7 @@ def get_queue(asked: Asked) -> Answer:
     queue = asked.account.queues.get(_queue_name(asked.name or ""))
     if queue is None:
         raise _no_such("queue", asked.name or "")
-    key = ("queues", asked.name)
-    return _cached(asked.account, key, lambda: Body(queue.raw, PRIVATE)).answer(asked.environ)
+    return Body.kept(asked, ("queues", asked.name), lambda: queue.raw)
 
 
 def get_signing_keys(asked: Asked) -> Answer:
@@ -562,8 +555,7 @@ def get_signing_keys(asked: Asked) -> Answer:
             why="no signing keys",
         )
     document = {"current": keys[0], "next": keys[1]}
-    found = _cached(asked.account, "signing_keys", lambda: Body(store.encode(document), NO_STORE))
-    return found.answer(asked.environ)
+    return Body.kept(asked, "signing_keys", lambda: store.encode(document), NO_STORE)
 
 
 def upsert_queue(asked: Asked) -> Answer:
@@ -769,8 +761,7 @@ class Service:
         loaded = self.source.current()
         if loaded is None:
             raise ServiceUnavailable(UNAVAILABLE, why="no good data file yet")
-        # By its digest, so timing tells a probe nothing (see store.Store.find).
-        account = loaded.by_digest.get(hashlib.sha256(token).digest())
+        account = loaded.find(token)
         if account is None:
             raise Unauthorized("unknown token")
         if account.token_sha256 == _DEV_DIGEST:
