@@ -129,7 +129,7 @@ MUTANTS: List[Mutant] = [
         "app.py",
         "    if not store.is_name(name):  # it would make one",
         "    if False:  # it would make one",
-        ("tests/test_items.py",),
+        ("tests/test_items.py",) + WRITES,
     ),
     M(
         "path",
