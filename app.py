@@ -564,7 +564,10 @@ class Fault(NamedTuple):
 _ERRORS = frozenset(status.value for status in HTTPStatus if status >= 400)
 #: Each key of a fault: what its value must be, and what a 400 says it expects.
 FAULT_KEYS: Dict[str, Tuple[Callable[[Any], bool], str]] = {
-    "status": (lambda v: v in _ERRORS, "an HTTP error status, such as 429 or 503"),
+    "status": (
+        lambda v: type(v) is int and v in _ERRORS,
+        "an HTTP error status, such as 429 or 503",
+    ),
     "times": (lambda v: store.is_whole(v) and v >= 1, "a whole number from 1"),
     "daily": (store.is_flag, "true or false"),
     "method": (lambda v: v in ("GET", "HEAD", "POST", "DELETE"), "GET, HEAD, POST or DELETE"),
@@ -585,6 +588,11 @@ def _fault(body: Dict[str, Any]) -> Fault:
             raise BadRequest("bad request: %s: not a fault's (%s)" % (json.dumps(key)[:60], known))
         _field(body, key, *FAULT_KEYS[key])
     fault = Fault(**body)
+    if fault.daily:  # QStash's daily limit is a 429
+        if fault.status not in (None, 429):
+            why = "bad request: daily and status %d: a daily limit is a 429 (leave status out)"
+            raise BadRequest(why % fault.status)
+        fault = fault._replace(status=429)
     if fault.status is None and not (fault.drop or fault.delay):
         raise BadRequest("bad request: a fault needs a status, a delay or drop")
     return fault
