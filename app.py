@@ -1510,15 +1510,16 @@ def serving(
     port: int = 0,
     threads: int = SERVING_THREADS,
     resets: bool | BadDays = False,
+    wrap: Callable[[WSGIApplication], WSGIApplication] = lambda app: app,
 ) -> Iterator[str]:
-    """Serve ``source`` under waitress in a thread of this process (on a free port unless told)
-    until the block ends, then stop it as run() does; yield its URL.  It sets no signal handler,
-    logs no request and never exits the process."""
+    """Serve ``source`` (its app in ``wrap``) under waitress in a daemon thread of this process (on
+    a free port unless told) until the block ends, then stop it as run() does; yield its URL.  It
+    sets no signal handler, logs no request and never exits the process (nor keeps it alive)."""
     from waitress import create_server
 
     socket_map: Dict[int, Any] = {}
     server = create_server(
-        create_app(source, access_log=False, resets=resets),
+        wrap(create_app(source, access_log=False, resets=resets)),
         map=socket_map,
         host=host,
         port=port,
@@ -1528,7 +1529,7 @@ def serving(
     stopper = Stopper()
     stopper.watch(socket_map)
     args = (server, socket_map, SERVING_STOP_TIMEOUT, stopper)
-    thread = threading.Thread(target=run, args=args, name="qstash-lists server")
+    thread = threading.Thread(target=run, args=args, name="qstash-lists server", daemon=True)
     thread.start()
     try:
         yield "http://%s:%s" % ("[%s]" % host if ":" in host else host, server.effective_port)

@@ -161,6 +161,40 @@ print("ok")
     assert path.read_bytes() == before
 
 
+#: A test that hangs until CI's timeout ends the run; it says when the server is up.
+HANGING = """
+import os, pathlib, time
+
+def test_hangs(qstash_server):
+    pathlib.Path(os.environ["READY"], str(os.getpid())).touch()
+    time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_an_interrupted_run_leaves_no_process_or_folder(
+    tmp_path: Path, workers: int, signum: int
+) -> None:
+    """A timeout's SIGTERM or SIGKILL (or a SIGINT) sent to pytest alone, with and without xdist's
+    workers: no process of the run is left (its workers, their servers' sweepers), nor a folder
+    of the served copy."""
+    marker = "QSTASH_LISTS_TEST_MARKER=%s" % tmp_path
+    for folder in ("tmp", "ready"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "test_hangs.py").write_text(HANGING)
+    env = {"QSTASH_LISTS_TEST_MARKER": str(tmp_path), "TMPDIR": str(tmp_path / "tmp")}
+    env["READY"] = str(tmp_path / "ready")
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", str(workers)]
+    with started(command + ["--dist", "each"], env, cwd=str(tmp_path)) as proc:
+        eventually(lambda: len(list((tmp_path / "ready").iterdir())) == max(workers, 1), 60)
+        assert len(list((tmp_path / "tmp").glob("qstash-lists-*"))) == max(workers, 1)
+        proc.send_signal(signum)
+        proc.wait(timeout=60)
+    eventually(lambda: _alive(marker, proc.pid) == [], timeout=60)
+    assert list((tmp_path / "tmp").glob("qstash-lists-*")) == []
+
+
 def test_serve_is_writable_on_a_free_port_and_stops_while_a_client_is_connected() -> None:
     with (
         testing.serve({"urlGroups": [], "queues": []}) as first,
@@ -418,11 +452,10 @@ def test_after(qstash_server):
     )
 
 
-def test_the_ini_line_with_several_accounts_serves_the_import_time_clients_token(
-    pytester: Any,
-) -> None:
-    """The README's two recipes at once: the ini line (the client built at import holds the run's
-    token) and qstash_data in the several-accounts form: its first account answers that token."""
+def test_the_ini_line_with_several_accounts_keeps_each_accounts_token(pytester: Any) -> None:
+    """The README's two recipes at once: the ini line and qstash_data in the several-accounts form.
+    Every account answers its own token, QSTASH_TOKEN is the first's, and the run's token (a client
+    built at import holds it) is the first account's too."""
     pytester.makeini(readme_section_block("In your tests", "ini"))
     pytester.makepyfile(
         test_app="""
@@ -433,13 +466,16 @@ URL, TOKEN = os.environ["QSTASH_URL"], os.environ["QSTASH_TOKEN"]  # at import
 def qstash_data():
     return %r
 
-def test_it(qstash_server):
-    assert qstash_server.token == TOKEN
+def names(token):
     request = urllib.request.Request(URL + "/v2/queues",
-                                     headers={"Authorization": "Bearer " + TOKEN})
-    assert [q["name"] for q in json.load(urllib.request.urlopen(request))] == ["emails"]
+                                     headers={"Authorization": "Bearer " + token})
+    return [q["name"] for q in json.load(urllib.request.urlopen(request))]
+
+def test_it(qstash_server):
+    assert os.environ["QSTASH_TOKEN"] == qstash_server.token == %r
+    assert names(%r) == names(TOKEN) == ["emails"] and names(%r) == ["reports"]
 """
-        % accounts_document()
+        % (accounts_document(), TOKEN_A, TOKEN_A, TOKEN_B)
     )
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
@@ -470,10 +506,25 @@ def test_after(qstash_server):
     qstash_server.fault(status=429)
     qstash_server.clear_faults()
     assert queues(qstash_server) == 200
+
+@pytest.fixture
+def qstash_data():
+    return {"accounts": [{"token": "a"}, {"token": "b"}]}
+
+def test_another_account(qstash_server):
+    qstash_server.fault(status=503, token="b")
+    b = qstash_server._replace(token="b")
+    assert queues(qstash_server) == 200
+    with pytest.raises(urllib.error.HTTPError):
+        queues(b)
+    assert qstash_server.requests(token="b") == b.requests() and len(b.requests()) == 1
+    qstash_server.fault(status=503, token="b")
+    qstash_server.clear_faults(token="b")
+    assert queues(b) == 200
 """
     )
     pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly").assert_outcomes(
-        passed=2
+        passed=3
     )
 
 
@@ -482,13 +533,14 @@ def test_serve_with_several_accounts_gives_the_first_accounts_token() -> None:
         assert server.token == TOKEN_A
 
 
-@pytest.mark.parametrize("ini", [True, False])
-def test_a_qstash_url_in_the_environment_is_never_reached_by_accident(
-    pytester: Any, monkeypatch: Any, ini: bool
+@pytest.mark.parametrize("ini, url", [(True, True), (False, True), (False, False)])
+def test_a_qstash_in_the_environment_is_never_reached_by_accident(
+    pytester: Any, monkeypatch: Any, ini: bool, url: bool
 ) -> None:
-    """A developer of a QStash app has QSTASH_URL (here a local listener standing in for QStash)
-    in the shell: with the ini line, a client built at import sends it nothing; without it, the
-    run says so, and what to add, before the first test."""
+    """A developer of a QStash app has QSTASH_URL (here a local listener standing in for QStash),
+    or QSTASH_TOKEN alone (whose SDK default is QStash itself), in the shell: with the ini line, a
+    client built at import sends it nothing; without it, each test that asks for the server fails
+    at once, saying why and what to do."""
     import socket
 
     listener = socket.socket()
@@ -501,18 +553,24 @@ def test_a_qstash_url_in_the_environment_is_never_reached_by_accident(
     pytester.makepyfile(
         test_app="""
 import os, urllib.request
-CLIENT = os.environ["QSTASH_URL"]  # at import
+CLIENT = os.environ.get("QSTASH_URL", %r)  # at import; the default stands for QStash's own
 
 def test_it(qstash_server):
-    if CLIENT == qstash_server.url:
-        urllib.request.urlopen(urllib.request.Request(CLIENT + "/v2/queues",
-            headers={"Authorization": "Bearer " + qstash_server.token}))
+    urllib.request.urlopen(urllib.request.Request(CLIENT + "/v2/queues",
+        headers={"Authorization": "Bearer " + qstash_server.token}), timeout=5)
+
+def test_not_asking():
+    pass
 """
+        % real
     )
-    monkeypatch.setenv("QSTASH_URL", real)
+    if url:
+        monkeypatch.setenv("QSTASH_URL", real)
+    else:
+        monkeypatch.delenv("QSTASH_URL", raising=False)
     monkeypatch.setenv("QSTASH_TOKEN", "a-real-token")
     try:
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
         try:
             listener.accept()
             reached = True
@@ -520,9 +578,18 @@ def test_it(qstash_server):
             reached = False
     finally:
         listener.close()
-    assert result.ret == 0 and not reached
-    said = "qstash-lists: QSTASH_URL is %s: a client your tests build at import talks to it" % real
-    assert (said in result.stdout.str()) is not ini
+    assert not reached
+    if ini:
+        result.assert_outcomes(passed=2)
+        return
+    result.assert_outcomes(passed=1, errors=1)
+    why = "QSTASH_URL is %s" % real if url else "QSTASH_TOKEN is set without QSTASH_URL (so an SDK"
+    said = (
+        " where pytest started: a client built from it would not reach this test's server; add "
+        "'qstash_lists_environ = true' to pytest.ini, or unset it for the run"
+    )
+    out = result.stdout.str()
+    assert "qstash-lists: " + why in out and said in out and "Traceback" not in out
 
 
 def test_a_fault_names_the_file_or_fixture_given_not_a_copy(tmp_path: Path) -> None:
@@ -531,7 +598,7 @@ def test_a_fault_names_the_file_or_fixture_given_not_a_copy(tmp_path: Path) -> N
         with testing.serve(str(bad)):
             pass
     assert all(line.startswith(str(bad) + ": ") for line in info.value.faults)
-    session = testing._Session(False)
+    session = testing._Session()
     try:
         with pytest.raises(service.store.DataError) as info:
             session.reset({"queues": [{"name": "q"}]})
