@@ -328,13 +328,13 @@ def _alive(marker: str, runner: int) -> List[int]:
 
 
 @pytest.mark.parametrize("how", ["sh -c", "npm test"])
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_to_the_runner_leaves_no_process_it_started(
     tmp_path: Path, how: str, signum: int
 ) -> None:
-    """SIGTERM or SIGINT sent to the runner alone ends the command's whole process group (a shell
-    or npm, and what they started), then the server: nothing is left, and the exit status is the
-    command's, 128 + the signal's number as a shell gives it."""
+    """SIGTERM, SIGINT or SIGHUP (a closed terminal) sent to the runner alone ends the command's
+    whole process group (a shell or npm, and what they started), then the server: nothing is
+    left, and the exit status is the command's, 128 + the signal's number as a shell gives it."""
     marker = "QSTASH_LISTS_TEST_MARKER=%s" % tmp_path  # this test's own, whatever else runs
     script = "sleep 300 & sleep 301 & echo started; wait"
     if how == "npm test":
@@ -651,3 +651,141 @@ def test_an_option_of_the_runners_after_the_command_is_named(tmp_path: Path) -> 
     )
     said = "python app.py --run: --quiet goes to the command; put it before --run\n"
     assert done.returncode == 0 and done.stderr.startswith(said)
+
+
+#: Put into the runner (a sitecustomize.py on its PYTHONPATH): at the audit event or import named
+#: by QSTASH_LISTS_TEST_AT, a Ctrl-C (SIGINT) to itself, once; with QSTASH_LISTS_TEST_HANDOVER,
+#: its death (SIGKILL) just before it writes a number to a pipe (the old hand-over of the
+#: command's group to the watcher, after the command started).
+INJECTED = """
+import os, signal, sys
+if sys.argv[0].endswith("app.py"):
+    at, fired = os.environ.get("QSTASH_LISTS_TEST_AT"), []
+
+    def hook(event, args):
+        if not fired and at in (event, "import " + str(args[0] if args else "")):
+            fired.append(os.kill(os.getpid(), signal.SIGINT))
+
+    sys.addaudithook(hook)
+    if os.environ.get("QSTASH_LISTS_TEST_HANDOVER"):
+        write = os.write
+        def handing_over(fd, data):
+            if data.strip().isdigit():
+                os.kill(os.getpid(), signal.SIGKILL)
+            return write(fd, data)
+        os.write = handing_over
+"""
+
+
+def _runner(tmp_path: Path, *args: str, env: Optional[Dict[str, str]] = None) -> Any:
+    """The runner on the fixture, with INJECTED, this test's marker and a TMPDIR of its own."""
+    (tmp_path / "site").mkdir(exist_ok=True)
+    (tmp_path / "site" / "sitecustomize.py").write_text(INJECTED)
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    fixture = write_json(tmp_path / "fixture.json", accounts_document())
+    env = dict(env or {}, QSTASH_LISTS_TEST_MARKER=str(tmp_path), TMPDIR=str(tmp_path / "tmp"))
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])
+    command = [sys.executable, str(ROOT / "app.py"), "--data", str(fixture), "--quiet"]
+    return started(command + list(args), env, cwd=str(tmp_path))
+
+
+@pytest.mark.parametrize("at", ["import store", "os.fork", "import waitress", "subprocess.Popen"])
+def test_ctrl_c_while_the_runner_starts_is_a_quiet_130(tmp_path: Path, at: str) -> None:
+    """Ctrl-C at each step of the runner's start (its imports, the watcher's fork, the server's
+    start, the command's launch): exit 130, no traceback, the command never run, nothing left."""
+    marker = "QSTASH_LISTS_TEST_MARKER=%s" % tmp_path
+    with _runner(tmp_path, "--run", "touch", "ran", env={"QSTASH_LISTS_TEST_AT": at}) as proc:
+        out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (130, "")
+    assert not (tmp_path / "ran").exists()
+    eventually(lambda: _alive(marker, proc.pid) == [])
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_the_runner_killed_as_its_command_starts_leaves_nothing(tmp_path: Path) -> None:
+    """SIGKILL of the runner just after the command started: the watcher knew its group before
+    it ran (the runner never hands it over), and ends it."""
+    marker = "QSTASH_LISTS_TEST_MARKER=%s" % tmp_path
+    command = ["sh", "-c", "echo started; sleep 300"]
+    env = {"QSTASH_LISTS_TEST_HANDOVER": "1"}
+    with _runner(tmp_path, "--run", *command, env=env) as proc:
+        assert proc.stdout is not None and "started" in proc.stdout.readline()
+        proc.kill()
+        proc.wait(timeout=30)
+    eventually(lambda: _alive(marker, proc.pid) == [])
+    eventually(lambda: list((tmp_path / "tmp").iterdir()) == [])
+
+
+@pytest.mark.parametrize("killed", [False, True])
+def test_a_command_that_ignores_sigterm_is_killed_after_the_stop_timeout(
+    tmp_path: Path, killed: bool
+) -> None:
+    """A command that ignores SIGTERM (and its child): after --stop-timeout, SIGKILL to its group,
+    from the runner (sent SIGTERM) or its watcher (the runner SIGKILLed), said in one line."""
+    marker = "QSTASH_LISTS_TEST_MARKER=%s" % tmp_path
+    command = ["sh", "-c", "trap '' TERM; sleep 300 & echo started; wait"]
+    with _runner(tmp_path, "--stop-timeout", "1", "--run", *command) as proc:
+        assert proc.stdout is not None and "started" in proc.stdout.readline()
+        eventually(lambda: _told(marker, proc.pid))
+        proc.send_signal(signal.SIGKILL if killed else signal.SIGTERM)
+        err = proc.stderr.read()  # to its end: the watcher's too
+        assert proc.wait(timeout=30) == (-signal.SIGKILL if killed else 128 + signal.SIGKILL)
+    said = "python app.py --run: the command's processes outlived SIGTERM by 1 s (--stop-timeout): "
+    assert err == said + "SIGKILL\n"
+    eventually(lambda: _alive(marker, proc.pid) == [])
+
+
+def test_the_command_has_the_terminal_in_the_foreground(tmp_path: Path) -> None:
+    """Run from a terminal (a pty here), the command's group is its foreground one: /dev/tty
+    opens, as jest --watch and vitest need; the terminal is the runner's again after it."""
+    fixture = write_json(tmp_path / "fixture.json", accounts_document())
+    check = "import os; t = os.open('/dev/tty', os.O_RDWR); "
+    check += "print('fg', os.tcgetpgrp(t) == os.getpgrp())"
+    runner = [sys.executable, str(ROOT / "app.py"), "--data", str(fixture), "--quiet", "--run"]
+    script = "import os, pty, sys; status = pty.spawn(sys.argv[1:]); print('status', status >> 8)"
+    done = subprocess.run(
+        [sys.executable, "-c", script] + runner + [sys.executable, "-c", check],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "fg True" in done.stdout and "status 0" in done.stdout, (done.stdout, done.stderr)
+
+
+def test_the_runner_says_the_port_it_cannot_listen_on(tmp_path: Path) -> None:
+    import socket
+
+    fixture = write_json(tmp_path / "fixture.json", accounts_document())
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "app.py"), "--data", str(fixture), "--port", str(port)]
+            + ["--run", "true"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    said = "cannot listen on 127.0.0.1 port %d: " % port
+    assert done.returncode == 2 and done.stderr.startswith(said), done.stderr
+    assert len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, env", [(["--reset"], {}), ([], {"QSTASH_LISTS_RESET": "1"})])
+def test_reset_without_writes_is_refused_at_start(
+    tmp_path: Path, args: List[str], env: Dict[str, str]
+) -> None:
+    fixture = write_json(tmp_path / "fixture.json", accounts_document())
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "app.py"), "--data", str(fixture), "--port", "0"] + args,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, **env),
+    )
+    said = (
+        "--reset (QSTASH_LISTS_RESET) needs writes: add --writable (or QSTASH_LISTS_WRITABLE=1)\n"
+    )
+    assert (done.returncode, done.stderr) == (2, said)
