@@ -1287,7 +1287,10 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
     args = parser.parse_args(argv)
     if args.example:
         try:
-            print(json.dumps(json.loads(store.EXAMPLE), indent=2), flush=True)
+            # In the writer's layout: the first write changes only what it changes (a diff).
+            example = store.parse(store.EXAMPLE.encode(), "the example", DEV_TOKEN).lines
+            sys.stdout.buffer.write(example)
+            sys.stdout.flush()
         except BrokenPipeError:  # --example | head: the reader has what it wanted
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing at exit
         return 0
