@@ -10,6 +10,16 @@ only; waitress only to serve.
 
 from __future__ import annotations
 
+import signal
+import sys
+
+_signals: "list[int]" = []  # the stops the command was sent, in order (see main and --run)
+# The command owns its process (python app.py, python -m, the qstash-lists script): Ctrl-C while it
+# imports is noted, and main() then exits 130 with no traceback (a handler that raised could be
+# swallowed: in a weakref callback of the import system, say).
+if __name__ == "__main__" or sys.argv[0].endswith("qstash-lists"):
+    signal.signal(signal.SIGINT, lambda signum, frame: _signals.append(signum))
+
 import argparse
 import collections
 import contextlib
@@ -20,13 +30,12 @@ import ipaddress
 import json
 import logging
 import logging.handlers
+import math
 import os
 import queue
 import re
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -817,7 +826,10 @@ class Fault(NamedTuple):
 _ERRORS = frozenset(status.value for status in HTTPStatus if status >= 400)
 #: Each key of a fault: what its value must be, and what a 400 says it expects.
 FAULT_KEYS: Dict[str, Tuple[Callable[[Any], bool], str]] = {
-    "status": (lambda v: v in _ERRORS, "an HTTP error status, such as 429 or 503"),
+    "status": (
+        lambda v: type(v) is int and v in _ERRORS,
+        "an HTTP error status, such as 429 or 503",
+    ),
     "times": (lambda v: store.is_whole(v) and v >= 1, "a whole number from 1"),
     "daily": (store.is_flag, "true or false"),
     "method": (lambda v: v in ("GET", "HEAD", "POST", "DELETE"), "GET, HEAD, POST or DELETE"),
@@ -838,6 +850,11 @@ def _fault(document: Dict[str, Any]) -> Fault:
             raise BadRequest("bad request: %s: not a fault's (%s)" % (json.dumps(key)[:60], known))
         _field(document, key, *FAULT_KEYS[key])
     fault = Fault(**document)
+    if fault.daily:  # QStash's daily limit is a 429
+        if fault.status not in (None, 429):
+            why = "bad request: daily and status %d: a daily limit is a 429 (leave status out)"
+            raise BadRequest(why % fault.status)
+        fault = fault._replace(status=429)
     if fault.status is None and not (fault.drop or fault.delay):
         raise BadRequest("bad request: a fault needs a status, a delay or drop")
     return fault
@@ -1302,7 +1319,7 @@ SETTINGS: Dict[str, Setting] = {
         "QSTASH_LISTS_STOP_TIMEOUT",
         "10",
         _seconds,
-        "seconds the answers in flight may take to finish after SIGTERM or Ctrl-C",
+        "seconds the answers in flight (--run: the command) may take to finish after SIGTERM",
     ),
     "allowed_hosts": Setting(
         "--allowed-hosts",
@@ -1338,6 +1355,10 @@ def read_settings(
             settings[key] = None if text is None else setting.parse(text)
         except ValueError as exc:
             raise ConfigError("%s: %s" % (source, exc)) from None
+    if settings["reset"] and not settings["writable"] and getattr(args, "run", None) is None:
+        raise ConfigError(
+            "--reset (QSTASH_LISTS_RESET) needs writes: add --writable (or QSTASH_LISTS_WRITABLE=1)"
+        )
     return settings
 
 
@@ -1506,7 +1527,10 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
     args = parser.parse_args(argv)
     if args.example:
         try:
-            print(json.dumps(json.loads(store.EXAMPLE), indent=2), flush=True)
+            # In the writer's layout: the first write changes only what it changes (a diff).
+            example = store.parse(store.EXAMPLE.encode(), "the example", DEV_TOKEN).lines
+            sys.stdout.buffer.write(example)
+            sys.stdout.flush()
         except BrokenPipeError:  # --example | head: the reader has what it wanted
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing at exit
         return 0
@@ -1514,17 +1538,17 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
         settings = read_settings(os.environ if environ is None else environ, args)
     except ConfigError as exc:
         return _fail([str(exc)])
-    settings["writable"] = settings["writable"] or args.write
-    settings["reset"] = settings["reset"] or args.resets
-    # Before the first load: none kills half-way (a --run command not yet run has not passed).
+    if args.run is not None:
+        return _run_command(settings, args, parser.prog)
+    # Before the first load: none kills half-way.
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, _stop if args.run is None else _stop_unfinished)
+        signal.signal(signum, _stop)
+    if _signals:  # Ctrl-C while it started
+        return 128 + _signals[0]
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, _wake_all)
     if args.check:
         return _check(settings, parser.prog)
-    if args.run is not None:
-        return _run_command(settings, args, parser.prog)
     return _start(settings, args.quiet, parser.prog)
 
 
@@ -1619,8 +1643,7 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access_log: bool) 
         )
     except (OSError, ValueError) as exc:
         stopper.close()
-        fix = "stop what uses it, or choose another port (--port 0 picks a free one)"
-        return _fail(["cannot listen on %s port %d: %s; %s" % (host, port, exc, fix)])
+        return _not_listening(host, port, exc)
     listening = getattr(server, "effective_listen", None) or [
         (server.effective_host, server.effective_port)
     ]
@@ -1630,6 +1653,11 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access_log: bool) 
     print("\n".join(_banner(settings, loaded, urls, listening[0][1], data.writable)), flush=True)
     run(server, socket_map, settings["stop_timeout"], stopper)
     return 0
+
+
+def _not_listening(host: str, port: int, exc: Exception) -> int:
+    fix = "stop what uses it, or choose another port (--port 0 picks a free one)"
+    return _fail(["cannot listen on %s port %d: %s; %s" % (host, port, exc, fix)])
 
 
 def _banner(
@@ -1678,9 +1706,9 @@ def serving(
     port: int = 0,
     threads: int = SERVING_THREADS,
 ) -> Iterator[str]:
-    """Serve ``wsgi`` (a Service, or a TestDouble around one) under waitress in a thread of this
-    process (on a free port unless told) until the block ends, then stop it as run() does; yield
-    its URL.  It sets no signal handler and never exits the process."""
+    """Serve ``wsgi`` (a Service, or a TestDouble around one) under waitress in a daemon thread of
+    this process (on a free port unless told) until the block ends, then stop it as run() does;
+    yield its URL.  It sets no signal handler and never exits the process (nor keeps it alive)."""
     from waitress import create_server
 
     socket_map: Dict[int, Any] = {}
@@ -1695,7 +1723,7 @@ def serving(
     stopper = Stopper()
     stopper.watch(socket_map)
     args = (server, socket_map, SERVING_STOP_TIMEOUT, stopper)
-    thread = threading.Thread(target=run, args=args, name="qstash-lists server")
+    thread = threading.Thread(target=run, args=args, name="qstash-lists server", daemon=True)
     thread.start()
     try:
         yield "http://%s:%s" % ("[%s]" % host if ":" in host else host, server.effective_port)
@@ -1750,7 +1778,7 @@ def _epilog() -> str:
         lines.append("  %s: %s (%s)" % (setting.env, setting.help, where))
     lines.append(
         "signals: SIGHUP makes the server look at the data file at once; SIGTERM or Ctrl-C stops "
-        "it."
+        "it (--run: SIGHUP too; the command's group, SIGKILL after --stop-timeout)."
     )
     return "\n".join(lines)
 
@@ -1783,15 +1811,15 @@ def _add_switches(parser: argparse.ArgumentParser) -> None:
     """The options that are switches and modes, not settings."""
     parser.add_argument(
         "--writable",
-        action="store_true",
-        dest="write",
+        action="store_const",
+        const="1",
         help="take QStash's writes of URL groups and queues, saved to the data file (default: "
         "read-only, or $QSTASH_LISTS_WRITABLE)",
     )
     parser.add_argument(
         "--reset",
-        action="store_true",
-        dest="resets",
+        action="store_const",
+        const="1",
         help="with --writable: POST %s puts the token's account back as the server started, "
         "and a suite asks for QStash's bad days (docs/http.md) (default: off, or "
         "$QSTASH_LISTS_RESET)" % RESET_PATH,
@@ -1829,10 +1857,50 @@ def _fail(lines: Sequence[str]) -> int:
 
 
 # ---- --run: the server around a test command ---------------------------------------------------
+#: The signals that stop --run (SIGHUP: a closed terminal; not under nohup, which ignores it), and
+#: those received: before the command runs, noted (it never runs: exit 128 + n); once it runs,
+#: passed on to its process group (``_group``), which is sent SIGKILL if it outlives
+#: --stop-timeout.  A handler takes no lock: it appends, or signals.
+_STOPS = [signal.SIGTERM, signal.SIGINT] + [signal.SIGHUP] * hasattr(signal, "SIGHUP")
+_group: List[int] = []
+
+#: What --run starts the command with (a process of one thread, _STOPS held): it makes its own
+#: process group, tells the watcher (the pipe ``argv[1]``) before the command can run, takes the
+#: terminal's foreground if --run has it (so /dev/tty works: jest --watch, vitest), lets a stop held
+#: meanwhile end it (no traceback), then becomes the command.
+_LAUNCH = """
+import os, signal, sys
+if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.setpgid(0, 0)
+os.write(int(sys.argv[1]), b"%d\\n" % os.getpid())
+os.close(int(sys.argv[1]))
+try:
+    tty = os.open("/dev/tty", os.O_RDWR)
+except OSError:
+    tty = None
+if tty is not None and os.tcgetpgrp(tty) == os.getpgid(os.getppid()):
+    signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    os.tcsetpgrp(tty, os.getpid())
+if tty is not None:
+    os.close(tty)
+signal.signal(signal.SIGTTOU, signal.SIG_DFL)  # --run's own choice, not the command's
+signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+try:
+    os.execvp(sys.argv[3], sys.argv[3:])
+except OSError as exc:
+    print("%s --run: cannot run %s: %s" % (sys.argv[2], sys.argv[3], exc.strerror), file=sys.stderr)
+    os._exit(127 if isinstance(exc, FileNotFoundError) else 126)
+"""
+
+
 def _run_command(settings: Mapping[str, Any], args: argparse.Namespace, prog: str) -> int:
     """--run: serve a copy of the data file (writable, with --reset) in this process, on a free
     port unless --port says, run the command with QSTASH_URL and QSTASH_TOKEN set, stop, and exit
     with the command's status."""
+    for signum in _STOPS:
+        if signal.getsignal(signum) != signal.SIG_IGN:
+            signal.signal(signum, _pass_on)
     if not args.run:
         return _fail(["--run: give the command after it, such as: %s --run npm test" % prog])
     ours = [word for word in args.run[1:] if word in _OPTIONS]
@@ -1845,37 +1913,32 @@ def _run_command(settings: Mapping[str, Any], args: argparse.Namespace, prog: st
     fallback = _fallback(settings["host"])
     try:  # the faults name the user's file, not the copy
         loaded = store.load(path, settings["token"], fallback, settings["max_size"])
+        token = clients_token(loaded, settings["token"], path)
     except store.DataError as exc:
         return _not_loaded(exc, path, prog)
-    try:
-        token = clients_token(loaded, settings["token"], path)
     except ValueError as exc:
         return _fail([str(exc)])
-    port = 0 if args.port is None else settings["port"]
-    with tempfile.TemporaryDirectory(prefix="qstash-lists-") as folder:
-        watcher = _watcher(folder)  # while this process has no thread
-        log = _log_to_stderr(args.quiet)
+    host, port = settings["host"], 0 if args.port is None else settings["port"]
+    grace = settings["stop_timeout"]
+    with contextlib.ExitStack() as stack:  # each step's undoing, last first
+        folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="qstash-lists-"))
+        watcher = _watcher(folder, grace, prog)  # while this process has no thread
+        stack.callback(_release, watcher)
+        stack.callback(_log_to_stderr(args.quiet).close)
+        copy = os.path.join(folder, os.path.basename(path))
+        shutil.copyfile(path, copy)
+        copied = dict(settings, data=copy, writable=True)
+        data = _data_file(copied, fallback, required=True)
+        stack.callback(data.close)
         try:
-            copy = os.path.join(folder, os.path.basename(path))
-            shutil.copyfile(path, copy)
-            copied = dict(settings, data=copy, writable=True)
-            data = _data_file(copied, fallback, required=True)
-            try:
-                double = TestDouble(create_app(data, access_log=False), settings["threads"] // 2)
-                with serving(double, settings["host"], port, settings["threads"]) as url:
-                    if not args.quiet:
-                        logger.info(
-                            "serving a copy of %s on %s for: %s", path, url, " ".join(args.run)
-                        )
-                    env = dict(os.environ, QSTASH_URL=url, QSTASH_TOKEN=token)
-                    return _child(args.run, env, prog, watcher)
-            finally:
-                data.close()
-        finally:
-            with contextlib.suppress(OSError):
-                os.write(watcher, b"done\n")  # nothing for it to do
-            os.close(watcher)
-            log.close()
+            double = TestDouble(create_app(data, access_log=False), settings["threads"] // 2)
+            url = stack.enter_context(serving(double, host, port, settings["threads"]))
+        except OSError as exc:
+            return _not_listening(host, port, exc)
+        if not args.quiet:
+            logger.info("serving a copy of %s on %s for: %s", path, url, " ".join(args.run))
+        env = dict(os.environ, QSTASH_URL=url, QSTASH_TOKEN=token)
+        return _child(args.run, env, prog, watcher, grace)
 
 
 def clients_token(loaded: store.Store, token: Optional[str], source: str) -> str:
@@ -1892,73 +1955,140 @@ def clients_token(loaded: store.Store, token: Optional[str], source: str) -> str
     )
 
 
-def _watcher(folder: str) -> int:
+def _watcher(folder: str, grace: float, prog: str) -> int:
     """Fork --run's watcher (in a process with no thread: a fork copies none) and return the write
-    end of its pipe, which takes the command's process group, then "done".  A pipe that ends without
-    "done" (this process killed, whose own clean-up never runs) has it end that group and remove
-    ``folder``, the served copy's."""
+    end of its pipe, which the command's launcher (_LAUNCH) gives its process group, and then this
+    process "done".  A pipe that ends without "done" (this process killed, whose own clean-up never
+    runs) has it end that group (_end_group) and remove ``folder``, the served copy's."""
     read, write = os.pipe()
     forked = os.fork()
     if forked:
         os.close(read)
         os.waitpid(forked, 0)  # gone at once: the watcher, its child, is init's to reap
         return write
-    try:  # out of the terminal's session, holding none of its streams
+    try:  # out of the terminal's session, holding only its stderr (the one line it may say)
         os.close(write)
         os.setsid()
         if os.fork():
             os._exit(0)
         null = os.open(os.devnull, os.O_RDWR)
-        for stream in (0, 1, 2):
+        for stream in (0, 1):
             os.dup2(null, stream)
         with os.fdopen(read) as pipe:
             said = pipe.read().split()
         if said[-1:] != ["done"]:
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                os.killpg(int(said[0]), signal.SIGTERM)
+            with contextlib.suppress(ValueError, IndexError, OSError):
+                _end_group(int(said[0]), grace, prog)
             shutil.rmtree(folder, ignore_errors=True)
     finally:
         os._exit(0)
 
 
-def _child(command: List[str], env: Dict[str, str], prog: str, watcher: int) -> int:
-    """Run ``command`` in a process group of its own (given to ``watcher``) to its end and return
-    its exit status (a signal's as a shell gives it: 128 + its number; 127: not found; 126: not
-    runnable).  SIGTERM and SIGINT (Ctrl-C at the terminal, or either sent to this process alone)
-    go to its whole group; what it leaves running in its group is sent SIGTERM when it ends."""
-    started: List[subprocess.Popen[bytes]] = []
-    signalled: List[int] = []  # while it starts: sent on once it has
+def _release(watcher: int) -> None:
+    """Tell --run's watcher that it has nothing to do, and let it go."""
+    with contextlib.suppress(OSError):
+        os.write(watcher, b"done\n")
+    os.close(watcher)
 
-    def pass_on(signum: int, frame: Any) -> None:
-        if not started:
-            signalled.append(signum)
-        elif started[0].returncode is None:  # never to a process reaped: its number is free
-            with contextlib.suppress(OSError):
-                os.killpg(started[0].pid, signum)  # no lock taken: a signal handler's work
 
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, pass_on)
+def _end_group(group: int, grace: float, prog: str) -> None:
+    """Send the process group ``group`` SIGTERM, and SIGKILL if it outlives ``grace`` seconds."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            os.killpg(group, 0)  # ProcessLookupError once the group is empty
+        os.killpg(group, signal.SIGKILL)
+        _killed(prog, grace)
+
+
+def _killed(prog: str, grace: float) -> None:
+    said = "%s --run: the command's processes outlived SIGTERM by %g s (--stop-timeout): SIGKILL\n"
+    with contextlib.suppress(OSError):
+        os.write(2, (said % (prog, grace)).encode())  # one write (no lock): a whole line
+
+
+def _child(command: List[str], env: Dict[str, str], prog: str, watcher: int, grace: float) -> int:
+    """Run ``command`` in a process group of its own (known to ``watcher`` before it runs; in the
+    terminal's foreground if this process is) to its end and return its exit status (a signal's
+    as a shell gives it: 128 + its number; 127: not found; 126: not runnable).  A stop signal goes
+    to its whole group; what its group leaves running when it ends is ended too (_end_group)."""
+    if _signals:  # a stop before it runs
+        return 128 + _signals[0]
+    tty = _foreground()
+    launch = [sys.executable, "-c", _LAUNCH, str(watcher), prog] + command
+    signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)  # held in the launcher until it is ready
     try:
-        started.append(subprocess.Popen(command, env=env, start_new_session=True))
-    except OSError as exc:
-        print("%s --run: cannot run %s: %s" % (prog, command[0], exc.strerror), file=sys.stderr)
-        return 127 if isinstance(exc, FileNotFoundError) else 126
-    child = started[0]
-    os.write(watcher, b"%d\n" % child.pid)
-    for pending in signalled[:1]:
-        os.killpg(child.pid, pending)
-    try:
-        status = child.wait()
+        child = subprocess.Popen(launch, env=env, pass_fds=[watcher])
     finally:
-        # Its group outlives it while a member runs (so its number is not reused): end those.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
+    try:
+        _group.append(child.pid)
+        for pending in _signals[:1]:  # while it started
+            _send(child.pid, pending)
+        status = _wait(child, grace, prog)
+    finally:
+        del _group[:]  # reaped: its number is free
+        if tty is not None:  # the terminal back (ignoring SIGTTOU: a background group's call)
+            with contextlib.suppress(OSError):
+                os.tcsetpgrp(tty, os.getpgrp())
+            os.close(tty)
+    # Its group outlives it while a member runs (so its number is not reused): end them.
+    if status == -signal.SIGKILL:  # as _wait may have sent it to the group
         with contextlib.suppress(OSError):
-            os.killpg(child.pid, signal.SIGTERM)
+            os.killpg(child.pid, signal.SIGKILL)
+    else:
+        _end_group(child.pid, grace, prog)
     return status if status >= 0 else 128 - status
 
 
-def _stop_unfinished(signum: int, frame: Any) -> None:
-    # --run before its command has run: a stop, and not a pass (a shell's status for a signal).
-    raise SystemExit(128 + signum)
+def _foreground() -> Optional[int]:
+    """The terminal's descriptor if this process's group is its foreground (the command's will
+    be), with SIGTTOU ignored to take it back; else None."""
+    try:
+        tty = os.open("/dev/tty", os.O_RDWR)
+    except OSError:  # no terminal
+        return None
+    if os.tcgetpgrp(tty) != os.getpgrp():
+        os.close(tty)
+        return None
+    signal.signal(signal.SIGTTOU, signal.SIG_IGN)  # this process owns it (--run)
+    return tty
+
+
+def _wait(child: subprocess.Popen[bytes], grace: float, prog: str) -> int:
+    """``child``'s exit status; SIGKILL to its group if it outlives a stop by ``grace`` seconds."""
+    deadline = math.inf
+    while True:
+        try:
+            return child.wait(timeout=0.1)  # a stop meanwhile starts the grace period
+        except subprocess.TimeoutExpired:
+            pass
+        if _signals and deadline == math.inf:
+            deadline = time.monotonic() + grace
+        if time.monotonic() > deadline:
+            with contextlib.suppress(OSError):
+                os.killpg(child.pid, signal.SIGKILL)
+            _killed(prog, grace)
+            deadline = -math.inf  # once
+
+
+def _pass_on(signum: int, frame: Any) -> None:
+    """--run's handler: note the stop; once the command runs, send it to its group."""
+    _signals.append(signum)
+    for group in _group:
+        _send(group, signum)  # no lock taken: a signal handler's work
+
+
+def _send(group: int, signum: int) -> None:
+    """Send the command's group ``signum``; before its launcher made it, the launcher alone (which
+    holds it until it is ready: then it ends, and the command never runs)."""
+    with contextlib.suppress(OSError):
+        try:
+            os.killpg(group, signum)
+        except ProcessLookupError:
+            os.kill(group, signum)
 
 
 if __name__ == "__main__":

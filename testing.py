@@ -5,9 +5,11 @@ import contextlib
 import json
 import os
 import secrets
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, NamedTuple, Optional, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NamedTuple, Optional, cast
 from urllib.error import HTTPError
 from urllib.request import ProxyHandler, Request, build_opener
 
@@ -20,6 +22,9 @@ EMPTY_ACCOUNT: "dict[str, list[Any]]" = {"urlGroups": [], "queues": []}  # qstas
 ENVIRON_SETTING = "qstash_lists_environ"  # the ini line that starts the server first (below)
 FIXTURE = "the qstash_data fixture"  # what a fault in it names
 _DIRECT = build_opener(ProxyHandler({}))  # never a proxy (urlopen takes one from the environment)
+#: The process that removes the served copy's folder once this one closes its pipe (at the end of
+#: serve(), or when this process ends however it ends: SIGKILL included).
+_SWEEPER = "import shutil, sys; sys.stdin.buffer.read(); shutil.rmtree(sys.argv[1], True)"
 
 
 class Server(NamedTuple):
@@ -29,19 +34,24 @@ class Server(NamedTuple):
     token: str
     path: str
 
-    def fault(self, **fault: Any) -> None:
-        """Have the next requests meet a fault (POST /qstash-lists/faults's keys: docs/http.md)."""
-        self._ask("POST", app.FAULTS_PATH, json.dumps(fault).encode())
+    def fault(self, *, token: Optional[str] = None, **fault: Any) -> None:
+        """Have the next requests of the account (``token``: another's) meet a fault (POST
+        /qstash-lists/faults's keys: docs/http.md)."""
+        self._ask("POST", app.FAULTS_PATH, token, json.dumps(fault).encode())
 
-    def clear_faults(self) -> None:  # DELETE /qstash-lists/faults
-        self._ask("DELETE", app.FAULTS_PATH)
+    def clear_faults(self, *, token: Optional[str] = None) -> None:
+        """Forget the account's faults (``token``: another's): DELETE /qstash-lists/faults."""
+        self._ask("DELETE", app.FAULTS_PATH, token)
 
-    def requests(self) -> "list[dict[str, Any]]":
-        """What the account asked since the test (or serve()) began, oldest first."""
-        return json.loads(self._ask("GET", app.REQUESTS_PATH))  # type: ignore[no-any-return]
+    def requests(self, *, token: Optional[str] = None) -> "list[dict[str, Any]]":
+        """What the account (``token``: another) asked since the test or serve() began, oldest
+        first."""
+        return json.loads(self._ask("GET", app.REQUESTS_PATH, token))  # type: ignore[no-any-return]
 
-    def _ask(self, method: str, path: str, body: Optional[bytes] = None) -> bytes:
-        auth = {"Authorization": "Bearer " + self.token}
+    def _ask(
+        self, method: str, path: str, token: Optional[str], body: Optional[bytes] = None
+    ) -> bytes:
+        auth = {"Authorization": "Bearer " + (token or self.token)}
         try:
             with _DIRECT.open(Request(self.url + path, body, auth, method=method)) as answer:
                 return answer.read()  # type: ignore[no-any-return]
@@ -63,52 +73,91 @@ def serve(data: Any, token: Optional[str] = None) -> Iterator[Server]:
 
 
 @contextlib.contextmanager
-def _serving(raw: bytes, source: str, token: Optional[str]) -> Iterator[Any]:
-    """serve() of the data file ``raw``, whose faults name ``source``: (its Server, DataFile,
-    TestDouble)."""
+def _serving(
+    raw: bytes, source: str, token: Optional[str], wrap: "Callable[[Any], Any]" = lambda app: app
+) -> Iterator[Any]:
+    """serve() of the data file ``raw``, whose faults name ``source``, its app in ``wrap``: (its
+    Server, DataFile, TestDouble)."""
     token = token or secrets.token_urlsafe(16)
     loaded = app.store.parse(raw, source, token)  # before any copy: a fault names ``source``
     clients = app.clients_token(loaded, token, source)
-    with tempfile.TemporaryDirectory(prefix="qstash-lists-") as folder:
+    with _folder() as folder:
         path = os.path.join(folder, "data.json")
         Path(path).write_bytes(raw)
         data = app.open_data(path, token, 3600, writable=True)
         try:
             double = app.TestDouble(app.create_app(data, access_log=False))
-            with app.serving(double) as url:
+            with app.serving(wrap(double)) as url:
                 yield Server(url, clients, path), data, double
         finally:
             data.close()
 
 
-class _Session:
-    """The run's one server, put back to each test's ``qstash_data`` before it.  ``first``: its
-    first account answers the token the ini line gave QSTASH_TOKEN before any qstash_data."""
+@contextlib.contextmanager
+def _folder() -> Iterator[str]:
+    """A temporary folder, removed at the block's end, or by _SWEEPER if this process ends first."""
+    with tempfile.TemporaryDirectory(prefix="qstash-lists-") as folder:
+        sweeper = [sys.executable, "-c", _SWEEPER, folder]
+        out = subprocess.DEVNULL  # its own session: no Ctrl-C, hangup or group kill reaches it
+        with subprocess.Popen(
+            sweeper, stdin=subprocess.PIPE, stdout=out, stderr=out, start_new_session=True
+        ):
+            yield folder  # the end closes its pipe, and waits for it to remove the folder
 
-    def __init__(self, first: bool) -> None:
-        self.first, self._stack = first, contextlib.ExitStack()
+
+class _Session:
+    """The run's one server, put back to each test's ``qstash_data`` before it.  Its first account
+    (in clear) also answers the run's own token in a Bearer header, which the ini line gave
+    QSTASH_TOKEN before any qstash_data (a client built at import holds it)."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self.run = self.first = secrets.token_urlsafe(16)  # the run's; the one it stands for
         raw = json.dumps(EMPTY_ACCOUNT).encode()
-        self.server, self._data, self._double = self._stack.enter_context(
-            _serving(raw, FIXTURE, None)
-        )
+        serving = _serving(raw, FIXTURE, self.run, self._aliased)
+        self.server, self._data, self._double = self._stack.enter_context(serving)
         self.close = self._stack.close
+
+    def _aliased(self, wsgi: Any) -> Any:
+        """``wsgi``, where the run's token is the first account's."""
+        run = "Bearer " + self.run
+
+        def aliased(environ: Any, start_response: Any) -> Any:
+            if environ.get("HTTP_AUTHORIZATION") == run:
+                environ["HTTP_AUTHORIZATION"] = "Bearer " + self.first
+            return wsgi(environ, start_response)
+
+        return aliased
 
     def reset(self, document: Any) -> str:
         """Write ``document`` whole, whatever a test left, forget the bad days; return its token."""
-        accounts = document.get("accounts") if type(document) is dict else None
-        if self.first and type(accounts) is list and accounts and type(accounts[0]) is dict:
-            first = {k: v for k, v in accounts[0].items() if k not in ("token", "tokenSha256")}
-            first["token"] = self.server.token
-            document = dict(document, accounts=[first] + accounts[1:])
         raw = json.dumps(document).encode()
         loaded = app.store.parse(raw, FIXTURE, self.server.token)
-        token = app.clients_token(loaded, self.server.token, FIXTURE)
+        self.first = app.clients_token(loaded, self.server.token, FIXTURE)
         self._data.replace(raw)
         self._double.clear()
-        return token
+        return self.first
 
 
 _sessions: "list[_Session]" = []  # the run's server in this process (an xdist worker's own)
+_elsewhere: "list[str]" = []  # without the ini line: what the run's environment reaches instead
+
+
+def _reaching(environ: Mapping[str, str]) -> "list[str]":
+    """Why a client built from ``environ`` (the run's start) would reach another server than the
+    fixture's (a real QStash, perhaps), and the fix; [] if it would not."""
+    if "QSTASH_URL" in environ:
+        why = "QSTASH_URL is %s" % environ["QSTASH_URL"]
+    elif "QSTASH_TOKEN" in environ:
+        why = "QSTASH_TOKEN is set without QSTASH_URL (so an SDK calls QStash itself)"
+    else:
+        return []
+    fix = "add 'qstash_lists_environ = true' to pytest.ini, or unset it for the run"
+    return [
+        "qstash-lists: %s where pytest started: a client built from it would not reach this "
+        "test's server; %s (env -u QSTASH_URL -u QSTASH_TOKEN pytest)" % (why, fix)
+    ]
+
 
 try:
     import pytest
@@ -120,18 +169,13 @@ if pytest is not None:
         what = "start qstash-lists first, and set QSTASH_URL and QSTASH_TOKEN before any import"
         parser.addini(ENVIRON_SETTING, what, type="bool", default=False)
 
-    def pytest_report_header(config: pytest.Config) -> Optional[str]:
-        """Say at the start where QSTASH_URL names another server (a real QStash, perhaps)."""
-        if "QSTASH_URL" not in os.environ or config.getini(ENVIRON_SETTING):
-            return None
-        said = "qstash-lists: QSTASH_URL is %s: a client your tests build at import talks to it; %s"
-        return said % (os.environ["QSTASH_URL"], "add 'qstash_lists_environ = true' to pytest.ini")
-
     def pytest_configure(config: pytest.Config) -> None:
         if config.getini(ENVIRON_SETTING):
-            _sessions.append(_Session(True))
+            _sessions.append(_Session())
             server = _sessions[0].server
             os.environ.update(QSTASH_URL=server.url, QSTASH_TOKEN=server.token)
+        else:
+            _elsewhere[:] = _reaching(os.environ)
 
     def pytest_unconfigure(config: pytest.Config) -> None:
         while _sessions:
@@ -145,8 +189,10 @@ if pytest is not None:
     @pytest.fixture
     def qstash_server(qstash_data: Any, monkeypatch: pytest.MonkeyPatch) -> Server:
         """The run's server, put back to ``qstash_data``, and QSTASH_URL and QSTASH_TOKEN set."""
+        if _elsewhere:
+            pytest.fail(_elsewhere[0], pytrace=False)
         if not _sessions:
-            _sessions.append(_Session(False))
+            _sessions.append(_Session())
         token = _sessions[0].reset(qstash_data)
         monkeypatch.setenv("QSTASH_URL", _sessions[0].server.url)
         monkeypatch.setenv("QSTASH_TOKEN", token)

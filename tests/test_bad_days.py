@@ -84,7 +84,7 @@ def test_a_daily_limit_with_the_values_given(app: Any) -> None:
             "1800000000",
         ]
         assert "Burst-RateLimit-Limit" not in headers
-    fault(app, status=429, daily=True)
+    fault(app, daily=True)  # daily alone: a 429
     reset = int(call(app, headers=bearer(TOKEN_A)).headers["RateLimit-Reset"])
     assert reset % 86400 == 0 and 0 < reset - time.time() <= 86400  # midnight UTC
 
@@ -164,6 +164,12 @@ def test_a_drop_closes_the_connection_unanswered(app: Any) -> None:
         ({"status": 429, "method": "PUT"}, 'method: expected GET, HEAD, POST or DELETE, got "PUT"'),
         ({"status": 429, "path": "v2"}, 'path: expected a path, such as /v2/queues*, got "v2"'),
         ({"status": 429, "limit": -1}, "limit: expected a whole number, got -1"),
+        ({"status": []}, "status: expected an HTTP error status, such as 429 or 503, got []"),
+        ({"status": 429.0}, "status: expected an HTTP error status, such as 429 or 503, got 429.0"),
+        (
+            {"status": 503, "daily": True},
+            "daily and status 503: a daily limit is a 429 (leave status out)",
+        ),
         (
             {"status": 429, "token": "x"},
             '"token": not a fault\'s (status, times, daily, method, path, delay, drop, limit, '
@@ -175,6 +181,18 @@ def test_a_bad_fault_is_a_400_that_says_why(app: Any, keys: Any, expected: str) 
     response = send(app, "POST", FAULTS, keys)
     assert (response.status, response.json()) == (400, {"error": "bad request: " + expected})
     assert call(app, headers=bearer(TOKEN_A)).status == 200
+
+
+ODD_VALUES = [None, True, 0, -1, 1.5, 1e308, 2**64, "", "x", [], [429], {}, {"a": 1}]
+
+
+def test_every_odd_fault_document_is_a_400_or_a_fault(app: Any) -> None:
+    """Every key with every odd value, alone and beside a status: never a 500."""
+    for key in service.FAULT_KEYS:
+        for value in ODD_VALUES:
+            for document in ({key: value}, {"status": 503, key: value}):
+                assert send(app, "POST", FAULTS, document).status in (200, 400), document
+    assert send(app, "DELETE", FAULTS, {}).status == 200
 
 
 def test_the_log_holds_what_was_asked_and_never_a_token(

@@ -161,6 +161,40 @@ print("ok")
     assert path.read_bytes() == before
 
 
+#: A test that hangs until CI's timeout ends the run; it says when the server is up.
+HANGING = """
+import os, pathlib, time
+
+def test_hangs(qstash_server):
+    pathlib.Path(os.environ["READY"], str(os.getpid())).touch()
+    time.sleep(300)
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+def test_an_interrupted_run_leaves_no_process_or_folder(
+    tmp_path: Path, workers: int, signum: int
+) -> None:
+    """A timeout's SIGTERM or SIGKILL (or a SIGINT) sent to pytest alone, with and without xdist's
+    workers: no process of the run is left (its workers, their servers' sweepers), nor a folder
+    of the served copy."""
+    marker = "QSTASH_LISTS_TEST_MARKER=%s" % tmp_path
+    for folder in ("tmp", "ready"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "test_hangs.py").write_text(HANGING)
+    env = {"QSTASH_LISTS_TEST_MARKER": str(tmp_path), "TMPDIR": str(tmp_path / "tmp")}
+    env["READY"] = str(tmp_path / "ready")
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", str(workers)]
+    with started(command + ["--dist", "each"], env, cwd=str(tmp_path)) as proc:
+        eventually(lambda: len(list((tmp_path / "ready").iterdir())) == max(workers, 1), 60)
+        assert len(list((tmp_path / "tmp").glob("qstash-lists-*"))) == max(workers, 1)
+        proc.send_signal(signum)
+        proc.wait(timeout=60)
+    eventually(lambda: _alive(marker, proc.pid) == [], timeout=60)
+    assert list((tmp_path / "tmp").glob("qstash-lists-*")) == []
+
+
 def test_serve_is_writable_on_a_free_port_and_stops_while_a_client_is_connected() -> None:
     with (
         testing.serve({"urlGroups": [], "queues": []}) as first,
@@ -294,13 +328,13 @@ def _alive(marker: str, runner: int) -> List[int]:
 
 
 @pytest.mark.parametrize("how", ["sh -c", "npm test"])
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_to_the_runner_leaves_no_process_it_started(
     tmp_path: Path, how: str, signum: int
 ) -> None:
-    """SIGTERM or SIGINT sent to the runner alone ends the command's whole process group (a shell
-    or npm, and what they started), then the server: nothing is left, and the exit status is the
-    command's, 128 + the signal's number as a shell gives it."""
+    """SIGTERM, SIGINT or SIGHUP (a closed terminal) sent to the runner alone ends the command's
+    whole process group (a shell or npm, and what they started), then the server: nothing is
+    left, and the exit status is the command's, 128 + the signal's number as a shell gives it."""
     marker = "QSTASH_LISTS_TEST_MARKER=%s" % tmp_path  # this test's own, whatever else runs
     script = "sleep 300 & sleep 301 & echo started; wait"
     if how == "npm test":
@@ -418,11 +452,10 @@ def test_after(qstash_server):
     )
 
 
-def test_the_ini_line_with_several_accounts_serves_the_import_time_clients_token(
-    pytester: Any,
-) -> None:
-    """The README's two recipes at once: the ini line (the client built at import holds the run's
-    token) and qstash_data in the several-accounts form: its first account answers that token."""
+def test_the_ini_line_with_several_accounts_keeps_each_accounts_token(pytester: Any) -> None:
+    """The README's two recipes at once: the ini line and qstash_data in the several-accounts form.
+    Every account answers its own token, QSTASH_TOKEN is the first's, and the run's token (a client
+    built at import holds it) is the first account's too."""
     pytester.makeini(readme_section_block("In your tests", "ini"))
     pytester.makepyfile(
         test_app="""
@@ -433,13 +466,16 @@ URL, TOKEN = os.environ["QSTASH_URL"], os.environ["QSTASH_TOKEN"]  # at import
 def qstash_data():
     return %r
 
-def test_it(qstash_server):
-    assert qstash_server.token == TOKEN
+def names(token):
     request = urllib.request.Request(URL + "/v2/queues",
-                                     headers={"Authorization": "Bearer " + TOKEN})
-    assert [q["name"] for q in json.load(urllib.request.urlopen(request))] == ["emails"]
+                                     headers={"Authorization": "Bearer " + token})
+    return [q["name"] for q in json.load(urllib.request.urlopen(request))]
+
+def test_it(qstash_server):
+    assert os.environ["QSTASH_TOKEN"] == qstash_server.token == %r
+    assert names(%r) == names(TOKEN) == ["emails"] and names(%r) == ["reports"]
 """
-        % accounts_document()
+        % (accounts_document(), TOKEN_A, TOKEN_A, TOKEN_B)
     )
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
@@ -470,10 +506,25 @@ def test_after(qstash_server):
     qstash_server.fault(status=429)
     qstash_server.clear_faults()
     assert queues(qstash_server) == 200
+
+@pytest.fixture
+def qstash_data():
+    return {"accounts": [{"token": "a"}, {"token": "b"}]}
+
+def test_another_account(qstash_server):
+    qstash_server.fault(status=503, token="b")
+    b = qstash_server._replace(token="b")
+    assert queues(qstash_server) == 200
+    with pytest.raises(urllib.error.HTTPError):
+        queues(b)
+    assert qstash_server.requests(token="b") == b.requests() and len(b.requests()) == 1
+    qstash_server.fault(status=503, token="b")
+    qstash_server.clear_faults(token="b")
+    assert queues(b) == 200
 """
     )
     pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly").assert_outcomes(
-        passed=2
+        passed=3
     )
 
 
@@ -482,13 +533,14 @@ def test_serve_with_several_accounts_gives_the_first_accounts_token() -> None:
         assert server.token == TOKEN_A
 
 
-@pytest.mark.parametrize("ini", [True, False])
-def test_a_qstash_url_in_the_environment_is_never_reached_by_accident(
-    pytester: Any, monkeypatch: Any, ini: bool
+@pytest.mark.parametrize("ini, url", [(True, True), (False, True), (False, False)])
+def test_a_qstash_in_the_environment_is_never_reached_by_accident(
+    pytester: Any, monkeypatch: Any, ini: bool, url: bool
 ) -> None:
-    """A developer of a QStash app has QSTASH_URL (here a local listener standing in for QStash)
-    in the shell: with the ini line, a client built at import sends it nothing; without it, the
-    run says so, and what to add, before the first test."""
+    """A developer of a QStash app has QSTASH_URL (here a local listener standing in for QStash),
+    or QSTASH_TOKEN alone (whose SDK default is QStash itself), in the shell: with the ini line, a
+    client built at import sends it nothing; without it, each test that asks for the server fails
+    at once, saying why and what to do."""
     import socket
 
     listener = socket.socket()
@@ -501,18 +553,24 @@ def test_a_qstash_url_in_the_environment_is_never_reached_by_accident(
     pytester.makepyfile(
         test_app="""
 import os, urllib.request
-CLIENT = os.environ["QSTASH_URL"]  # at import
+CLIENT = os.environ.get("QSTASH_URL", %r)  # at import; the default stands for QStash's own
 
 def test_it(qstash_server):
-    if CLIENT == qstash_server.url:
-        urllib.request.urlopen(urllib.request.Request(CLIENT + "/v2/queues",
-            headers={"Authorization": "Bearer " + qstash_server.token}))
+    urllib.request.urlopen(urllib.request.Request(CLIENT + "/v2/queues",
+        headers={"Authorization": "Bearer " + qstash_server.token}), timeout=5)
+
+def test_not_asking():
+    pass
 """
+        % real
     )
-    monkeypatch.setenv("QSTASH_URL", real)
+    if url:
+        monkeypatch.setenv("QSTASH_URL", real)
+    else:
+        monkeypatch.delenv("QSTASH_URL", raising=False)
     monkeypatch.setenv("QSTASH_TOKEN", "a-real-token")
     try:
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
         try:
             listener.accept()
             reached = True
@@ -520,9 +578,18 @@ def test_it(qstash_server):
             reached = False
     finally:
         listener.close()
-    assert result.ret == 0 and not reached
-    said = "qstash-lists: QSTASH_URL is %s: a client your tests build at import talks to it" % real
-    assert (said in result.stdout.str()) is not ini
+    assert not reached
+    if ini:
+        result.assert_outcomes(passed=2)
+        return
+    result.assert_outcomes(passed=1, errors=1)
+    why = "QSTASH_URL is %s" % real if url else "QSTASH_TOKEN is set without QSTASH_URL (so an SDK"
+    said = (
+        " where pytest started: a client built from it would not reach this test's server; add "
+        "'qstash_lists_environ = true' to pytest.ini, or unset it for the run"
+    )
+    out = result.stdout.str()
+    assert "qstash-lists: " + why in out and said in out and "Traceback" not in out
 
 
 def test_a_fault_names_the_file_or_fixture_given_not_a_copy(tmp_path: Path) -> None:
@@ -531,7 +598,7 @@ def test_a_fault_names_the_file_or_fixture_given_not_a_copy(tmp_path: Path) -> N
         with testing.serve(str(bad)):
             pass
     assert all(line.startswith(str(bad) + ": ") for line in info.value.problems)
-    session = testing._Session(False)
+    session = testing._Session()
     try:
         with pytest.raises(service.store.DataError) as info:
             session.reset({"queues": [{"name": "q"}]})
@@ -584,3 +651,141 @@ def test_an_option_of_the_runners_after_the_command_is_named(tmp_path: Path) -> 
     )
     said = "python app.py --run: --quiet goes to the command; put it before --run\n"
     assert done.returncode == 0 and done.stderr.startswith(said)
+
+
+#: Put into the runner (a sitecustomize.py on its PYTHONPATH): at the audit event or import named
+#: by QSTASH_LISTS_TEST_AT, a Ctrl-C (SIGINT) to itself, once; with QSTASH_LISTS_TEST_HANDOVER,
+#: its death (SIGKILL) just before it writes a number to a pipe (the old hand-over of the
+#: command's group to the watcher, after the command started).
+INJECTED = """
+import os, signal, sys
+if sys.argv[0].endswith("app.py"):
+    at, fired = os.environ.get("QSTASH_LISTS_TEST_AT"), []
+
+    def hook(event, args):
+        if not fired and at in (event, "import " + str(args[0] if args else "")):
+            fired.append(os.kill(os.getpid(), signal.SIGINT))
+
+    sys.addaudithook(hook)
+    if os.environ.get("QSTASH_LISTS_TEST_HANDOVER"):
+        write = os.write
+        def handing_over(fd, data):
+            if data.strip().isdigit():
+                os.kill(os.getpid(), signal.SIGKILL)
+            return write(fd, data)
+        os.write = handing_over
+"""
+
+
+def _runner(tmp_path: Path, *args: str, env: Optional[Dict[str, str]] = None) -> Any:
+    """The runner on the fixture, with INJECTED, this test's marker and a TMPDIR of its own."""
+    (tmp_path / "site").mkdir(exist_ok=True)
+    (tmp_path / "site" / "sitecustomize.py").write_text(INJECTED)
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    fixture = write_json(tmp_path / "fixture.json", accounts_document())
+    env = dict(env or {}, QSTASH_LISTS_TEST_MARKER=str(tmp_path), TMPDIR=str(tmp_path / "tmp"))
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])
+    command = [sys.executable, str(ROOT / "app.py"), "--data", str(fixture), "--quiet"]
+    return started(command + list(args), env, cwd=str(tmp_path))
+
+
+@pytest.mark.parametrize("at", ["import store", "os.fork", "import waitress", "subprocess.Popen"])
+def test_ctrl_c_while_the_runner_starts_is_a_quiet_130(tmp_path: Path, at: str) -> None:
+    """Ctrl-C at each step of the runner's start (its imports, the watcher's fork, the server's
+    start, the command's launch): exit 130, no traceback, the command never run, nothing left."""
+    marker = "QSTASH_LISTS_TEST_MARKER=%s" % tmp_path
+    with _runner(tmp_path, "--run", "touch", "ran", env={"QSTASH_LISTS_TEST_AT": at}) as proc:
+        out, err = proc.communicate(timeout=60)
+    assert (proc.returncode, err) == (130, "")
+    assert not (tmp_path / "ran").exists()
+    eventually(lambda: _alive(marker, proc.pid) == [])
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_the_runner_killed_as_its_command_starts_leaves_nothing(tmp_path: Path) -> None:
+    """SIGKILL of the runner just after the command started: the watcher knew its group before
+    it ran (the runner never hands it over), and ends it."""
+    marker = "QSTASH_LISTS_TEST_MARKER=%s" % tmp_path
+    command = ["sh", "-c", "echo started; sleep 300"]
+    env = {"QSTASH_LISTS_TEST_HANDOVER": "1"}
+    with _runner(tmp_path, "--run", *command, env=env) as proc:
+        assert proc.stdout is not None and "started" in proc.stdout.readline()
+        proc.kill()
+        proc.wait(timeout=30)
+    eventually(lambda: _alive(marker, proc.pid) == [])
+    eventually(lambda: list((tmp_path / "tmp").iterdir()) == [])
+
+
+@pytest.mark.parametrize("killed", [False, True])
+def test_a_command_that_ignores_sigterm_is_killed_after_the_stop_timeout(
+    tmp_path: Path, killed: bool
+) -> None:
+    """A command that ignores SIGTERM (and its child): after --stop-timeout, SIGKILL to its group,
+    from the runner (sent SIGTERM) or its watcher (the runner SIGKILLed), said in one line."""
+    marker = "QSTASH_LISTS_TEST_MARKER=%s" % tmp_path
+    command = ["sh", "-c", "trap '' TERM; sleep 300 & echo started; wait"]
+    with _runner(tmp_path, "--stop-timeout", "1", "--run", *command) as proc:
+        assert proc.stdout is not None and "started" in proc.stdout.readline()
+        eventually(lambda: _told(marker, proc.pid))
+        proc.send_signal(signal.SIGKILL if killed else signal.SIGTERM)
+        err = proc.stderr.read()  # to its end: the watcher's too
+        assert proc.wait(timeout=30) == (-signal.SIGKILL if killed else 128 + signal.SIGKILL)
+    said = "python app.py --run: the command's processes outlived SIGTERM by 1 s (--stop-timeout): "
+    assert err == said + "SIGKILL\n"
+    eventually(lambda: _alive(marker, proc.pid) == [])
+
+
+def test_the_command_has_the_terminal_in_the_foreground(tmp_path: Path) -> None:
+    """Run from a terminal (a pty here), the command's group is its foreground one: /dev/tty
+    opens, as jest --watch and vitest need; the terminal is the runner's again after it."""
+    fixture = write_json(tmp_path / "fixture.json", accounts_document())
+    check = "import os; t = os.open('/dev/tty', os.O_RDWR); "
+    check += "print('fg', os.tcgetpgrp(t) == os.getpgrp())"
+    runner = [sys.executable, str(ROOT / "app.py"), "--data", str(fixture), "--quiet", "--run"]
+    script = "import os, pty, sys; status = pty.spawn(sys.argv[1:]); print('status', status >> 8)"
+    done = subprocess.run(
+        [sys.executable, "-c", script] + runner + [sys.executable, "-c", check],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "fg True" in done.stdout and "status 0" in done.stdout, (done.stdout, done.stderr)
+
+
+def test_the_runner_says_the_port_it_cannot_listen_on(tmp_path: Path) -> None:
+    import socket
+
+    fixture = write_json(tmp_path / "fixture.json", accounts_document())
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "app.py"), "--data", str(fixture), "--port", str(port)]
+            + ["--run", "true"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    said = "cannot listen on 127.0.0.1 port %d: " % port
+    assert done.returncode == 2 and done.stderr.startswith(said), done.stderr
+    assert len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("args, env", [(["--reset"], {}), ([], {"QSTASH_LISTS_RESET": "1"})])
+def test_reset_without_writes_is_refused_at_start(
+    tmp_path: Path, args: List[str], env: Dict[str, str]
+) -> None:
+    fixture = write_json(tmp_path / "fixture.json", accounts_document())
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "app.py"), "--data", str(fixture), "--port", "0"] + args,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, **env),
+    )
+    said = (
+        "--reset (QSTASH_LISTS_RESET) needs writes: add --writable (or QSTASH_LISTS_WRITABLE=1)\n"
+    )
+    assert (done.returncode, done.stderr) == (2, said)

@@ -245,6 +245,16 @@ def test_the_readmes_js_suite_passes_under_the_runner_as_printed(tmp_path: Path)
         )
         assert done.returncode == 0 and "# pass 61" in done.stdout, (run, done.stdout, done.stderr)
         assert done.stderr == "" and fixture.read_bytes() == before
+    # A misspelt key in the bad-day recipe fails at its own POST, saying which key.
+    (folder / "emails.test.mjs").write_text(emails.replace("{ status: 429 }", "{ statuss: 429 }"))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "app.py")] + command[1:],
+        cwd=str(folder),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1 and '\\"statuss\\": not a fault\'s' in done.stdout, done.stdout
 
 
 @pytest.mark.skipif(shutil.which("go") is None, reason="no Go (apt-get install golang-go)")

@@ -326,6 +326,8 @@ def test_the_example_is_the_shipped_data_file(tmp_path: Path) -> None:
     code, out, _ = run(["--example"])
     assert code == 0
     assert out == (ROOT / "data.json").read_text()
+    # In the writer's layout: a first write rewrites only the lines it changes.
+    assert service.store.parse(out.encode(), "x", service.DEV_TOKEN).lines == out.encode()
     (tmp_path / "d.json").write_text(out)
     assert run(["--check", "--data", str(tmp_path / "d.json")])[1].endswith(
         ": OK: 1 account, 2 URL groups, 2 queues\n"
@@ -623,3 +625,21 @@ def test_the_stops_reading_of_waitress_channels_holds_on_the_waitress_installed(
             dispatcher.close()
         data.close()
     assert service._close_idle({}) is False
+
+
+def test_the_logs_example_is_what_a_write_logs(data_path: Path) -> None:
+    """docs/deploying.md's log lines, the time's and the client's aside: a refusal, then a write."""
+    text = (ROOT / "docs" / "deploying.md").read_text()
+    shown = text[text.index("## Logs") :].split("```\n")[1].splitlines()
+    with serving(data_path, "--writable") as server:
+        server.get("/v2/queues?qstash_token=nobody")
+        server.get(
+            "/v2/queues", {"Authorization": "Bearer " + TOKEN_A}, "POST", b'{"queueName": "q"}'
+        )
+        _, _, err = server.stop()
+    logged = [line for line in err.splitlines() if '"' in line]
+
+    def shape(line: str) -> str:
+        return re.sub(r"^\S+ \S+ | \d+\.\d+ms", " ", line)
+
+    assert [shape(line) for line in logged] == [shape(line) for line in shown]
