@@ -23,7 +23,7 @@ import time
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
-from functools import cached_property, partial
+from functools import cached_property, lru_cache, partial
 from operator import attrgetter
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional, Union, cast
 from urllib.parse import urlsplit
@@ -884,10 +884,16 @@ def _new_version(
         fd, temporary = tempfile.mkstemp(
             prefix=".%s." % name, suffix=".qstash-lists-tmp", dir=directory or "."
         )
-        if old is not None:
-            os.fchmod(fd, stat.S_IMODE(old.st_mode))
-            with contextlib.suppress(PermissionError):  # only root can give a file away
-                os.fchown(fd, old.st_uid, old.st_gid)
+        try:  # the old file's mode and owner, where the file system keeps them
+            if old is not None:
+                os.fchmod(fd, stat.S_IMODE(old.st_mode))
+                with contextlib.suppress(PermissionError):  # only root can give a file away
+                    os.fchown(fd, old.st_uid, old.st_gid)
+        except OSError as exc:  # FAT, some network shares: none; said once
+            _say_once(
+                "%s: the file system keeps no mode or owner (%s): a new version gets its "
+                "own" % (source, exc.strerror or exc)
+            )
         view = memoryview(data)
         while view:  # a short write (a signal, a full disk): the rest, or its error
             view = view[os.write(fd, view) :]
@@ -904,6 +910,12 @@ def _new_version(
         if temporary:
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
+
+
+@lru_cache(maxsize=None)
+def _say_once(line: str) -> None:
+    """Log ``line`` the first time it is said in this process (a warning)."""
+    logger.warning("%s", line)
 
 
 def _unwritable(source: str, exc: OSError, target: str) -> str:

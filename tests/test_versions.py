@@ -379,3 +379,26 @@ def saved_in_place(
         assert response.status == 200
         kept = store.load(str(path), None).by_digest[DIGEST_A].queues
         assert (kept["emails"].parallelism, "w" in kept) == (7, True)
+
+
+def test_a_file_system_without_modes_or_owners_takes_writes_and_says_so_once(
+    tmp_path: Path, monkeypatch: Any, caplog: Any
+) -> None:
+    """FAT through FUSE and some network shares refuse chmod and chown: keeping the old file's mode
+    and owner is best effort there, each write is made, and one log line says so."""
+    path = write_json(tmp_path / "data.json", accounts_document())
+    data = service.open_data(str(path), None, 3600, writable=True)
+
+    def refused(*args: Any) -> None:
+        raise OSError(errno.EPERM, os.strerror(errno.EPERM))
+
+    monkeypatch.setattr(os, "fchmod", refused)
+    app = service.create_app(data, False)
+    statuses = [send(app, "POST", "/v2/queues", {"queueName": "q%d" % i}).status for i in range(3)]
+    assert statuses == [200, 200, 200]
+    said = [r.getMessage() for r in caplog.records if "keeps no mode or owner" in r.getMessage()]
+    assert said == [
+        "%s: the file system keeps no mode or owner (%s): a new version gets its own"
+        % (path, os.strerror(errno.EPERM))
+    ]
+    data.close()
