@@ -1107,8 +1107,16 @@ def _request_line(environ: WSGIEnvironment) -> str:
 
 
 def _printable(text: str) -> str:
-    """Percent-encode all but printable ASCII: a log line stays one line ('%' escaped too)."""
-    return quote(_latin1(text), safe="/!$&'()*+,;=:@-._~[]")
+    """Percent-encode all but printable ASCII: a log line stays one line ('%' escaped too).  A text
+    of the characters quote() leaves as they are is itself (most paths; measured: the access log's
+    cost, docs/performance.md)."""
+    if _UNQUOTED.fullmatch(text):
+        return text
+    return quote(_latin1(text), safe=_SAFE)
+
+
+_SAFE = "/!$&'()*+,;=:@-._~[]"
+_UNQUOTED = re.compile(r"[A-Za-z0-9/!$&'()*+,;=:@._~\[\]-]*")  # what quote() keeps, with _SAFE
 
 
 class _DescriptorWriter(logging.Handler):
@@ -1589,6 +1597,10 @@ def _log_to_stderr(quiet: bool) -> QueueLog:
     """Send every line the process logs through a QueueLog on stderr (none waits for it), in UTC;
     ``quiet``: warnings and errors only (no line a request, reload or reset)."""
     log = QueueLog(sys.stderr)
+    # The command owns its process: its records carry no caller, thread or process (the logging
+    # HOWTO's "Optimization"): a request's line pays for none of them.
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     # force: a second main() in one process (a test's) replaces the first's closed handler.
     logging.basicConfig(
         level=logging.WARNING if quiet else logging.INFO, handlers=[log], force=True

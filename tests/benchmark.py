@@ -89,7 +89,7 @@ class Server:
         match = re.search(r"127\.0\.0\.1:(\d+)", line)
         if not match:
             self.proc.kill()
-            raise SystemExit("server did not start: %r" % line)
+            raise SystemExit("server did not start: %r (%s)" % (line, " ".join(args)))
         self.port = int(match.group(1))
         self.url = "http://127.0.0.1:%d" % self.port
 

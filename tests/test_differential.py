@@ -126,3 +126,18 @@ def test_what_the_writer_writes_loads_as_the_store_it_wrote() -> None:
     for _ in range(500):
         known, raw = written(rng)
         assert whole(raw) == canonical(known)
+
+
+def test_a_log_line_is_quoted_as_quote_alone_quotes_it() -> None:
+    """app._printable's short way (the text as it is, where quote() would keep every character)
+    against quote() itself, over seeded texts of every kind of character."""
+    from urllib.parse import quote
+
+    import app
+
+    rng = random.Random(SEED + 3)
+    alphabet = [chr(c) for c in range(0x80)] + ["\u00e9", "\u2028", "\udc80", " ", "%"]
+    for _ in range(CASES):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(12)))
+        slow = quote(text.encode("latin-1", "backslashreplace"), safe=app._SAFE)
+        assert app._printable(text) == slow, repr(text)
