@@ -263,7 +263,7 @@ MUTANTS: List[Mutant] = [
         "store.py",
         "            if _stat(self.path) != version.signature:  # changed since",
         "            if False:  # changed since",
-        ("tests/test_health.py", "tests/test_workers.py"),
+        ("tests/test_health.py", "tests/test_reload.py"),
     ),
     M("reload", "store.py", "kind = _KINDS.get(stat.S_IFMT(os.stat(path).st_mode))", "kind = None"),
     # size cap

@@ -684,3 +684,16 @@ def test_a_writable_processes_reloader_loads_anothers_writes_once_they_pause(pat
     assert loaded is not None and "new" in loaded.accounts[0].queues
     writer.close()
     reader.close()
+
+
+def test_the_health_says_stale_between_a_change_and_the_next_look(path: Path) -> None:
+    """What /healthz's "stale" reads: the file on disk is not the version in service (a version
+    renamed over it, not yet looked at), and no longer once it is."""
+    write_json(path, version(1))
+    data = store.DataFile(str(path), None, 3600)
+    assert data.status().failed_at is None
+    write_json(path.with_suffix(".new"), version(2))
+    os.replace(path.with_suffix(".new"), path)
+    assert data.status().failed_at is not None
+    assert data.refresh() is True and data.status().failed_at is None
+    data.close()
