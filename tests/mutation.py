@@ -588,7 +588,7 @@ MUTANTS: List[Mutant] = [
         "store.py",
         "                if on_disk != seen:  # another process's write made",
         "                if False:  # another process's write made",
-        WRITES,
+        WRITER,
     ),
     M(
         "writes",

@@ -525,3 +525,39 @@ def test_a_read_never_waits_behind_writes_that_cannot_go(
             thread.join()
     assert set(made) == {200}
     data.close()
+
+
+@pytest.mark.parametrize("renames", [True, False], ids=["writing", "stuck"])
+def test_another_process_holding_the_lock_is_stuck_only_when_it_writes_nothing(
+    tmp_path: Path, monkeypatch: Any, renames: bool
+) -> None:
+    """The lock is held for longer than LOCK_STUCK: by a process at work, which renames a version
+    each time it lets go (another process's write, then the lock taken again before this one's
+    try), it is not stuck; by one that writes nothing, it is (then this process's other writes
+    are refused at once).  A clock of its own: each look at it is a tenth of a second later."""
+    path = write_json(tmp_path / "data.json", accounts_document())
+    tries, said = cast(List[int], []), cast(List[bool], [])
+
+    class Clock:
+        now = 0.0
+
+        def monotonic(self) -> float:
+            Clock.now += 0.1
+            return Clock.now
+
+        def sleep(self, seconds: float) -> None:
+            pass
+
+    def flock(fd: int, how: int) -> None:
+        tries.append(1)
+        if len(tries) < 20:  # held for 19 tries, about two seconds of this clock
+            if renames:  # another process's version, renamed over the file meanwhile
+                write_json(tmp_path / "new.json", accounts_document())
+                os.replace(tmp_path / "new.json", path)
+            raise BlockingIOError()
+
+    monkeypatch.setattr(store, "time", Clock())
+    monkeypatch.setattr(fcntl, "flock", flock)
+    with store._locked(str(path), 600.0, said.append):
+        pass
+    assert (True in said) is not renames

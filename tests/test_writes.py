@@ -745,3 +745,31 @@ def test_writes_that_come_while_one_is_written_wait_for_it_each_with_its_own_ans
     names = [queue["name"] for queue in on_disk(path)["accounts"][1]["queues"]]
     assert names[1] == "first" and sorted(names[2:]) == ["q0", "q1", "q2", "q3", "q4"]
     data.close()
+
+
+@pytest.mark.parametrize(
+    "method, path, body",
+    [
+        ("POST", "/v2/queues", {"queueName": "emails", "parallelism": 2}),
+        ("POST", "/v2/queues/emails/resume", None),
+        (
+            "POST",
+            "/v2/topics/orders/endpoints",
+            {"endpoints": [{"url": ALPHA_GROUP["endpoints"][1]["url"]}]},
+        ),
+        ("DELETE", "/v2/queues/nothing", None),
+    ],
+)
+def test_a_write_that_changes_nothing_leaves_the_file_byte_for_byte(
+    tmp_path: Path, method: str, path: str, body: Any
+) -> None:
+    """An app that upserts its queue at each start with the settings it has, endpoints the group
+    has, a queue resumed that runs, a delete of what is not there: 200, and the file as it was
+    (its bytes and its inode: not even rewritten), so a committed data.json stays clean."""
+    data_path = tmp_path / "data.json"
+    data_path.write_bytes(store.load(str(write_json(data_path, accounts_document())), None).lines)
+    before = data_path.read_bytes(), data_path.stat().st_ino
+    data = service.open_data(str(data_path), None, interval=3600, writable=True)
+    assert send(service.create_app(data, False), method, path, body).status == 200
+    assert (data_path.read_bytes(), data_path.stat().st_ino) == before
+    data.close()
