@@ -339,7 +339,7 @@ def test_a_signal_to_the_runner_leaves_no_process_it_started(
     script = "sleep 300 & sleep 301 & echo started; wait"
     if how == "npm test":
         if shutil.which("npm") is None:
-            pytest.skip("npm is not installed")
+            pytest.skip("npm is not installed (apt-get install npm)")
         (tmp_path / "package.json").write_text(json.dumps({"scripts": {"test": script}}))
         command = ["npm", "test", "--silent"]
     else:

@@ -352,10 +352,10 @@ def writable(request: Any, tmp_path_factory: Any) -> Any:
             yield running.url
         return
     from test_hostile import deploy_command, wait_until_answered
-    from test_workers import UWSGI
+    from test_workers import NO_UWSGI, UWSGI
 
     if UWSGI is None:
-        pytest.skip("no uwsgi")
+        pytest.skip(NO_UWSGI)
     port = free_port()
     env = {"QSTASH_LISTS_DATA": str(data), "QSTASH_LISTS_WRITABLE": "1", "PYTHONPATH": str(ROOT)}
     with started(
