@@ -193,7 +193,11 @@ if pytest is not None:
             pytest.fail(_elsewhere[0], pytrace=False)
         if not _sessions:
             _sessions.append(_Session())
-        token = _sessions[0].reset(qstash_data)
+        try:
+            token = _sessions[0].reset(qstash_data)
+        except (app.store.DataError, ValueError) as exc:  # its place named: no traceback to read
+            fix = "%s\ncorrect the qstash_data fixture's document" % exc
+            raise pytest.fail.Exception(fix, pytrace=False) from None
         monkeypatch.setenv("QSTASH_URL", _sessions[0].server.url)
         monkeypatch.setenv("QSTASH_TOKEN", token)
         return cast(Server, _sessions[0].server)._replace(token=token)

@@ -34,7 +34,7 @@ from helpers import (
     write_json,
 )
 from test_hostile import children, get, wait_until_answered
-from test_workers import SERVERS, UWSGI, replace
+from test_workers import NO_UWSGI, SERVERS, UWSGI, replace
 
 import app as service
 
@@ -200,7 +200,7 @@ def healthz(port: int) -> Dict[str, Any]:
 @pytest.mark.parametrize("server", list(COMMANDS))
 def test_each_server_answers_and_says_stale_after_a_bad_edit(tmp_path: Path, server: str) -> None:
     if server == "uwsgi" and UWSGI is None:
-        pytest.skip("uwsgi is not installed (pip install -e '.[test]' builds it)")
+        pytest.skip(NO_UWSGI)
     data = write_json(tmp_path / "data.json", accounts_document())
     port = free_port()
     env = {"QSTASH_LISTS_DATA": str(data), "PYTHONPATH": str(ROOT), "QSTASH_LISTS_INTERVAL": "0.1"}

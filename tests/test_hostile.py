@@ -121,7 +121,10 @@ def test_descriptors_above_1023_do_not_crash_the_server(tmp_path: Path) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 2200:
         if hard != resource.RLIM_INFINITY and hard < 2200:
-            pytest.skip("this machine allows %d descriptors" % hard)
+            pytest.skip(
+                "this machine allows %d descriptors: run it as root, or after ulimit -Hn 2200"
+                % hard
+            )
         resource.setrlimit(resource.RLIMIT_NOFILE, (2200, hard))  # the server inherits it
     inherited = [os.open(os.devnull, os.O_RDONLY) for _ in range(40)]
     data = write_json(tmp_path / "data.json", accounts_document())

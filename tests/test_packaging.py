@@ -4,6 +4,7 @@ Each case runs in a fresh interpreter, next to a module of the user's own called
 ``store`` (and ``app``), and serves a request through the copy it is testing.
 """
 
+import ast
 import json
 import shlex
 import shutil
@@ -203,7 +204,7 @@ def test_the_readmes_install_lines_work_as_printed_beside_a_clone(tmp_path: Path
     beside a clone's folder, each install the package with its pytest plugin and serve()."""
     lines = readme_section_block("In your tests", "sh", "pip install").strip().splitlines()
     if not (ROOT / ".git").exists():
-        pytest.skip("this source tree is not a git clone (a release tarball?): nothing to clone")
+        pytest.skip("this source tree is not a git clone (a release tarball?): run it in a clone")
     clone = tmp_path / "qstash-lists"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
     for i, line in enumerate(lines):
@@ -247,3 +248,33 @@ def test_each_script_starts_from_the_checkout(script: str) -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_every_skip_says_how_to_run_its_test() -> None:
+    """Each reason of a pytest.skip, skipif or importorskip in tests/ (its strings, and the
+    module-level strings it names) says what to install or do: "install", "run it" or "as root"."""
+    named: Dict[str, str] = {}
+    calls = []
+    for module in sorted((ROOT / "tests").glob("*.py")):
+        tree = ast.parse(module.read_text())
+        for top in tree.body:
+            if isinstance(top, ast.Assign) and isinstance(top.value, ast.Constant):
+                named.update((t.id, str(top.value.value)) for t in top.targets if hasattr(t, "id"))
+        for node in ast.walk(tree):
+            if getattr(getattr(node, "func", None), "attr", "") in (
+                "skip",
+                "skipif",
+                "importorskip",
+            ):
+                assert isinstance(node, ast.Call)
+                reason = [k.value for k in node.keywords if k.arg == "reason"] or node.args[:1]
+                calls.append(("%s:%d" % (module.name, node.lineno), reason))
+    assert len(calls) > 20
+    for where, reason in calls:
+        text = " ".join(
+            named.get(n.id, "") if isinstance(n, ast.Name) else str(n.value)
+            for r in reason
+            for n in ast.walk(r)
+            if isinstance(n, (ast.Name, ast.Constant))
+        )
+        assert any(how in text for how in ("install", "run it", "as root")), (where, text)

@@ -339,7 +339,7 @@ def test_a_signal_to_the_runner_leaves_no_process_it_started(
     script = "sleep 300 & sleep 301 & echo started; wait"
     if how == "npm test":
         if shutil.which("npm") is None:
-            pytest.skip("npm is not installed")
+            pytest.skip("npm is not installed (apt-get install npm)")
         (tmp_path / "package.json").write_text(json.dumps({"scripts": {"test": script}}))
         command = ["npm", "test", "--silent"]
     else:
@@ -789,3 +789,28 @@ def test_reset_without_writes_is_refused_at_start(
         "--reset (QSTASH_LISTS_RESET) needs writes: add --writable (or QSTASH_LISTS_WRITABLE=1)\n"
     )
     assert (done.returncode, done.stderr) == (2, said)
+
+
+def test_an_invalid_qstash_data_is_one_error_naming_its_place_and_the_fix(pytester: Any) -> None:
+    pytester.makepyfile(
+        test_typo="""
+import pytest
+
+@pytest.fixture
+def qstash_data():
+    return {"queues": [{"name": "emails", "paralelism": 2}]}
+
+def test_uses_it(qstash_server):
+    pass
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*the qstash_data fixture: queues[[]0].paralelism: unknown key*",
+            "*correct the qstash_data fixture*",
+        ]
+    )
+    out = result.stdout.str()
+    assert "Traceback" not in out and "store.py" not in out and out.count("lag: missing") == 1, out

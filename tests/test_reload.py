@@ -432,7 +432,7 @@ def test_a_data_file_nobody_holds_stops_its_reloader(path: Path) -> None:
     eventually(lambda: not thread.is_alive())
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork: run it on Linux or macOS")
 def test_a_forked_child_gets_a_reloader_of_its_own(path: Path) -> None:
     """gunicorn --preload loads the app in the master and forks workers: threads do not survive a
     fork."""
@@ -565,7 +565,7 @@ def _libc_fork() -> int:
     return int(ctypes.PyDLL(None).fork())  # PyDLL: the GIL is held across the call, as in uWSGI
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork: run it on Linux or macOS")
 @pytest.mark.parametrize("fork", [os.fork, _libc_fork], ids=["os.fork", "fork from C"])
 def test_a_child_forked_in_the_middle_of_a_build_serves_the_file_as_it_is_now(
     path: Path, fork: Any, monkeypatch: Any

@@ -352,10 +352,10 @@ def writable(request: Any, tmp_path_factory: Any) -> Any:
             yield running.url
         return
     from test_hostile import deploy_command, wait_until_answered
-    from test_workers import UWSGI
+    from test_workers import NO_UWSGI, UWSGI
 
     if UWSGI is None:
-        pytest.skip("no uwsgi")
+        pytest.skip(NO_UWSGI)
     port = free_port()
     env = {"QSTASH_LISTS_DATA": str(data), "QSTASH_LISTS_WRITABLE": "1", "PYTHONPATH": str(ROOT)}
     with started(
@@ -546,3 +546,53 @@ def test_the_js_sdk_meets_each_fault_as_qstashs(bad_days: Server) -> None:
     )
     assert result["unavailable"] == {"raised": "QstashError", "message": UNAVAILABLE}
     check_bad_day(bad_days, result)
+
+
+NO_RETRY_CLIENTS = {
+    "python": "QStash(token, base_url=url, retry=False)",
+    "js": "new Client({ baseUrl: url, token, retry: false })",
+}
+NO_RETRY_SCRIPTS = {
+    "python": """import os
+from qstash import QStash
+url, token = os.environ["QSTASH_URL"], os.environ["QSTASH_TOKEN"]
+%s.queue.list()
+""",
+    "js": """import { createRequire } from "node:module";
+import path from "node:path";
+const require = createRequire(path.join(process.env.QSTASH_LISTS_SDK_JS, "index.js"));
+const { Client } = require("@upstash/qstash");
+const url = process.env.QSTASH_URL, token = process.env.QSTASH_TOKEN;
+await %s.queue().list();
+""",
+}
+
+
+@pytest.mark.parametrize(
+    "sdk_name",
+    [
+        pytest.param("python", marks=needs_python_sdk),
+        pytest.param("js", marks=needs_js_sdk),
+    ],
+)
+def test_with_retries_off_as_the_docs_say_a_drop_fails_the_call_in_one_request(
+    bad_days: Server, sdk_name: str
+) -> None:
+    """docs/http.md's client with retries off, as printed: one drop (times 1, which a retry would
+    get past) fails the call, and the log shows the one request it made."""
+    client = NO_RETRY_CLIENTS[sdk_name]
+    assert client in (ROOT / "docs" / "http.md").read_text()
+    fault = json.dumps({"drop": True, "times": 1}).encode()
+    assert bad_days.get("/qstash-lists/faults", bearer(TOKEN_A), "POST", fault)[0] == 200
+    script = NO_RETRY_SCRIPTS[sdk_name] % client
+    command = (
+        [SDK_PYTHON, "-c", script]
+        if sdk_name == "python"
+        else ["node", "--input-type=module", "-e", script]
+    )
+    env = dict(
+        os.environ, QSTASH_URL=bad_days.url, QSTASH_TOKEN=TOKEN_A, QSTASH_LISTS_SDK_JS=SDK_JS
+    )
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0, done.stdout
+    assert [entry["status"] for entry in log_of(bad_days, TOKEN_A)] == [None], done.stderr

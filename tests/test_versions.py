@@ -86,7 +86,9 @@ def coarse_filesystem(tmp_path: Path) -> Iterator[Path]:
     """A loop-mounted ext4 of 128-byte inodes (one-second timestamps); skipped where the machine
     cannot make one (not root, no loop device, no mkfs.ext4)."""
     if os.geteuid() != 0 or shutil.which("mkfs.ext4") is None or shutil.which("mount") is None:
-        pytest.skip("a loop-mounted filesystem needs root and mkfs.ext4")
+        pytest.skip(
+            "a loop-mounted filesystem: run it as root, with mkfs.ext4 (apt-get install e2fsprogs)"
+        )
     image, mount = tmp_path / "ext4.img", tmp_path / "coarse"
     mount.mkdir()
     with image.open("wb") as file:
@@ -98,7 +100,10 @@ def coarse_filesystem(tmp_path: Path) -> Iterator[Path]:
         ["mount", "-o", "loop", str(image), str(mount)], capture_output=True, text=True
     )
     if made.returncode or mounted.returncode:
-        pytest.skip("cannot loop-mount an ext4 image here: %s" % (made.stderr + mounted.stderr))
+        pytest.skip(
+            "cannot loop-mount ext4: run it as root with loop devices (docker --privileged): %s"
+            % (made.stderr + mounted.stderr)
+        )
     try:
         yield mount
     finally:

@@ -30,9 +30,8 @@ from test_server import catches
 
 BIN = Path(sys.executable).parent
 UWSGI = shutil.which("uwsgi", path=str(BIN)) or shutil.which("uwsgi")
-needs_uwsgi = pytest.mark.skipif(
-    UWSGI is None, reason="uwsgi is not installed (pip install -e '.[test]' builds it)"
-)
+NO_UWSGI = "uwsgi is not installed (pip install -e '.[test]' builds it)"
+needs_uwsgi = pytest.mark.skipif(UWSGI is None, reason=NO_UWSGI)
 
 
 def big_document(queues: int, extra: str = "") -> Dict[str, Any]:
@@ -158,7 +157,7 @@ def test_a_worker_forked_while_its_parent_loads_serves_the_next_version(
     version written after the fork is served within its interval.  gunicorn without --preload
     (a master with no app) and uWSGI (forking from C; a killed worker forked again) alike."""
     if fork == "uwsgi" and UWSGI is None:
-        pytest.skip("uwsgi is not installed (pip install -e '.[test]' builds it)")
+        pytest.skip(NO_UWSGI)
     data = write_json(tmp_path / "data.json", big_document(150000))
     port = free_port()
     env = {"QSTASH_LISTS_DATA": str(data), "PYTHONPATH": str(ROOT), "QSTASH_LISTS_INTERVAL": "0.05"}
@@ -235,7 +234,7 @@ def test_signals_of_each_server(tmp_path: Path, server: str, signum: str) -> Non
     """docs/deploying.md's table: SIGHUP never ends a server (it looks at the file, or reloads
     the workers); SIGTERM and SIGINT end it with no traceback."""
     if server == "uwsgi" and UWSGI is None:
-        pytest.skip("uwsgi is not installed (pip install -e '.[test]' builds it)")
+        pytest.skip(NO_UWSGI)
     command, stops = SERVERS[server]
     data = write_json(tmp_path / "data.json", big_document(10))
     port = free_port()
@@ -291,7 +290,7 @@ def test_a_configuration_mistake_stops_every_server_with_one_line(
     """Not a worker booted again and again (gunicorn, before: 261 boots in 15 s), not a 503 for
     ever."""
     if server == "uwsgi" and UWSGI is None:
-        pytest.skip("uwsgi is not installed (pip install -e '.[test]' builds it)")
+        pytest.skip(NO_UWSGI)
     command, _ = SERVERS[server]
     data = write_json(tmp_path / "data.json", {"queues": [ALPHA_QUEUE]})  # one account
     env, line = BOOT_FAILURES[mistake]

@@ -507,10 +507,10 @@ def writers(how: str, path: Path) -> Iterator[List[str]]:
             yield [one.url, two.url]
         return
     from test_hostile import deploy_command, wait_until_answered
-    from test_workers import UWSGI
+    from test_workers import NO_UWSGI, UWSGI
 
     if how == "uwsgi" and UWSGI is None:
-        pytest.skip("no uwsgi")
+        pytest.skip(NO_UWSGI)
     port = free_port()
     command = (
         [UWSGI or ""] + deploy_command(how, port)[1:]
