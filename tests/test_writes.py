@@ -755,7 +755,7 @@ def test_writes_that_come_while_one_is_written_wait_for_it_each_with_its_own_ans
         (
             "POST",
             "/v2/topics/orders/endpoints",
-            {"endpoints": [{"url": ALPHA_GROUP["endpoints"][1]["url"]}]},
+            {"endpoints": [{"url": "http://crm.example.com/hook"}]},  # ALPHA_GROUP's unnamed one
         ),
         ("DELETE", "/v2/queues/nothing", None),
     ],
