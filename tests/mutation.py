@@ -830,7 +830,7 @@ MUTANTS: List[Mutant] = [
         "store.py",
         "                stuck(False)\n",
         "",
-        VERSIONS,
+        WRITER,
     ),
     M("versions", "store.py", "    if exc.errno == errno.EBUSY:", "    if False:", VERSIONS),
     M(
