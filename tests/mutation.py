@@ -658,7 +658,13 @@ MUTANTS: List[Mutant] = [
         'got = "a string of %d characters" % len(value) if type(value) is str else _show(value)',
         "got = _show(value)",
     ),
-    M("log", "app.py", "time.gmtime(created)", "time.localtime(created)", tuple(SERVER)),
+    M(
+        "log",
+        "app.py",
+        "time.gmtime(created)",
+        "time.localtime(created)",
+        tuple(SERVER) + ("tests/test_health.py",),
+    ),
     M(
         "log",
         "app.py",

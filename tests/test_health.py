@@ -252,3 +252,14 @@ def test_the_documented_probes_ask_this_path() -> None:
     }
     shown = re.search(r"\$ curl -s http://127\.0\.0\.1:8081/healthz\n(.*)\n", text).group(1)  # type: ignore
     assert list(json.loads(shown)) == KEYS
+
+
+def test_the_health_checks_times_are_utc_whatever_the_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """loadedAt and failedAt end in Z: UTC, in a process whose zone is not (TZ)."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        assert service._utc(0.25) == "1970-01-01T00:00:00.250Z"
+    finally:
+        monkeypatch.undo()
+        time.tzset()
