@@ -302,7 +302,10 @@ KEYS: dict[Any, tuple[tuple[str, ...], tuple[str, ...]]] = {
 }
 #: Each kind's fields as item() judges them: attribute, key, rule and its check (None: an array).
 _CHECKS = {
-    cls: [(f.attr, f.key, f.rule, getattr(f.rule, "check", None)) for f in fields]
+    cls: [
+        (f.key, f.rule, getattr(f.rule, "check", None), default.default)
+        for f, default in zip(fields, dataclasses.fields(cls))
+    ]
     for cls, fields in SCHEMA.items()
 }
 #: The same as sets, as fields() compares an object's keys with them: required, and all.
@@ -587,12 +590,12 @@ class _Checker:
             item = self.fields(value, array, i, cls)
             if item is None:
                 return None
-        values: dict[str, Any] = {}
-        for attr, key, rule, check in _CHECKS[cls]:  # a required key missing: said by fields
+        values: list[Any] = []  # in the schema's order, as the dataclass takes them
+        for key, rule, check, default in _CHECKS[cls]:
             found = item.get(key, _MISSING)
-            if found is _MISSING:
-                continue
-            if check is None:  # an array of items of that kind
+            if found is _MISSING:  # its default (a required key missing: said by fields)
+                found = default
+            elif check is None:  # an array of items of that kind
                 where, names = "%s[%d].%s" % (array, i, key), cast("dict[str, int]", {})
                 each = self.each(found, where)
                 found = tuple([self.item(v, where, j, rule, names) for j, v in enumerate(each)])
@@ -603,14 +606,14 @@ class _Checker:
                     self.problem(
                         array, i, key, "expected %s, got %s" % (rule.expected, _show(found))
                     )
-                    continue
             elif key == "name" and seen.setdefault(found, i) != i:
                 self.name(found, array, i, seen, rule)
-            elif key == "updatedAt" and values.get("created_at", -1) > found:
-                created = "not before createdAt (%d)" % values["created_at"]
+            # createdAt, the schema's first field of each kind that has both (UrlGroup, Queue).
+            elif key == "updatedAt" and is_whole(values[0]) and values[0] > found:
+                created = "not before createdAt (%d)" % values[0]
                 self.problem(array, i, key, "expected a time %s, got %d" % (created, found))
-            values[attr] = found
-        return cls(**values) if len(self.problems) == before else None
+            values.append(found)
+        return cls(*values) if len(self.problems) == before else None
 
     def name(self, value: Any, array: str, i: int, seen: dict[str, int], rule: Rule) -> None:
         """Say why an item's name breaks its rule or is there already in its array."""

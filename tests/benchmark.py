@@ -1831,7 +1831,7 @@ def load_rows(big: Path, rounds: int, rows: List[str], summary: List[str]) -> No
             )
         )
     summary.append(
-        "load %d queues: store.load/json.load %.2f, ready-to-serve/json.load %.2f (target <= 3.5), "
+        "load %d queues: store.load/json.load %.2f, ready-to-serve/json.load %.2f (target <= 5), "
         "with the first list answer %.2f"
         % (queues, *(statistics.median(t[i] / t[0] for t in times) for i in (1, 2, 3)))
     )
