@@ -306,14 +306,14 @@ MUTANTS: List[Mutant] = [
     M(
         "validation",
         "store.py",
-        'if key == "updatedAt" and values.get("created_at", -1) > found:',
-        "if False:",
+        'elif key == "updatedAt" and is_whole(values[0]) and values[0] > found:',
+        "elif False:",
     ),
     M(
         "validation",
         "store.py",
-        'if key == "updatedAt" and values.get("created_at", -1) > found:',
-        'if key == "updatedAt" and values.get("created_at", -1) >= found:',
+        'elif key == "updatedAt" and is_whole(values[0]) and values[0] > found:',
+        'elif key == "updatedAt" and is_whole(values[0]) and values[0] >= found:',
     ),
     M(
         "validation",
