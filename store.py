@@ -1275,10 +1275,10 @@ class DataFile:
     appears.  ``writable``: :meth:`update` writes the file, and :meth:`current` first loads
     another process's write.
 
-    The locks, in the order they are taken: ``_turn`` (this process's writes one at a time, see
-    update), the ``flock`` on the data file (every process's, see _locked), then _Served's
-    ``_lock`` (the version in service).  ``_turn`` is held only for a moment: a write holds its
-    turn as ``_writing``, not the lock."""
+    The locks, in the order they are taken: the ``flock`` on the data file (every process's, see
+    _locked), then _Served's ``_lock`` (the version in service).  ``_turn`` (this process's writes
+    one at a time, see update) is held only for a moment, never while another lock is awaited: a
+    write holds its turn as ``_writing``, not the lock."""
 
     def __init__(
         self,
