@@ -513,7 +513,7 @@ def _endpoints(document: Dict[str, Any], adding: bool) -> List[Any]:
     return endpoints
 
 
-# ---- Handlers: one a route and method ------------------------------------------------------------
+# ---- Handlers: one a route and method, each named as the SDKs name the call ----------------------
 class Asked(NamedTuple):
     """A request that passed the gates, as a handler takes it."""
 
@@ -526,12 +526,12 @@ class Asked(NamedTuple):
 Handler = Callable[[Asked], Answer]
 
 
-def get_url_groups(asked: Asked) -> Answer:
+def url_group_list(asked: Asked) -> Answer:
     """GET /v2/topics: the account's URL groups."""
     return Body.kept(asked, "url_groups", lambda: store.array(asked.account.url_groups))
 
 
-def get_url_group(asked: Asked) -> Answer:
+def url_group_get(asked: Asked) -> Answer:
     """GET /v2/topics/{name}: one URL group (a name outside the rule: there is none, a 404)."""
     group = asked.account.url_groups.get(asked.name or "")
     if group is None:
@@ -539,12 +539,12 @@ def get_url_group(asked: Asked) -> Answer:
     return Body.kept(asked, ("url_groups", asked.name), lambda: group.raw)
 
 
-def get_queues(asked: Asked) -> Answer:
+def queue_list(asked: Asked) -> Answer:
     """GET /v2/queues: the account's queues."""
     return Body.kept(asked, "queues", lambda: store.array(asked.account.queues))
 
 
-def get_queue(asked: Asked) -> Answer:
+def queue_get(asked: Asked) -> Answer:
     """GET /v2/queues/{name}: one queue."""
     queue = asked.account.queues.get(_queue_name(asked.name or ""))
     if queue is None:
@@ -552,7 +552,7 @@ def get_queue(asked: Asked) -> Answer:
     return Body.kept(asked, ("queues", asked.name), lambda: queue.raw)
 
 
-def get_signing_keys(asked: Asked) -> Answer:
+def signing_key_get(asked: Asked) -> Answer:
     """GET /v2/keys: the account's signing keys; the dev token's account, the published dev keys
     unless it has its own."""
     keys = asked.account.signing_keys
@@ -567,7 +567,7 @@ def get_signing_keys(asked: Asked) -> Answer:
     return Body.kept(asked, "signing_keys", lambda: store.encode(document), NO_STORE)
 
 
-def upsert_queue(asked: Asked) -> Answer:
+def queue_upsert(asked: Asked) -> Answer:
     """POST /v2/queues: create a queue, or update what the body gives of it."""
     document = _json_body(asked.environ)
     name = _field(
@@ -590,31 +590,31 @@ def upsert_queue(asked: Asked) -> Answer:
     )
 
 
-def pause_queue(asked: Asked) -> Answer:
+def queue_pause(asked: Asked) -> Answer:
     """POST /v2/queues/{name}/pause."""
     name = _queue_name(asked.name or "")
     return save(asked, "queue", lambda account, now: store.pause_queue(account, now, name, True))
 
 
-def resume_queue(asked: Asked) -> Answer:
+def queue_resume(asked: Asked) -> Answer:
     """POST /v2/queues/{name}/resume."""
     name = _queue_name(asked.name or "")
     return save(asked, "queue", lambda account, now: store.pause_queue(account, now, name, False))
 
 
-def delete_queue(asked: Asked) -> Answer:
+def queue_delete(asked: Asked) -> Answer:
     """DELETE /v2/queues/{name}."""
     name = _queue_name(asked.name or "")
     return save(asked, "queue", lambda account, now: store.delete_queue(account, now, name))
 
 
-def delete_url_group(asked: Asked) -> Answer:
+def url_group_delete(asked: Asked) -> Answer:
     """DELETE /v2/topics/{name} (a name outside the rule: there is none)."""
     name = asked.name or ""
     return save(asked, "URL group", lambda account, now: store.delete_url_group(account, now, name))
 
 
-def add_endpoints(asked: Asked) -> Answer:
+def url_group_upsert_endpoints(asked: Asked) -> Answer:
     """POST /v2/topics/{name}/endpoints: add endpoints, creating the URL group."""
     name = asked.name or ""
     if not store.is_name(name):  # it would make one
@@ -629,7 +629,7 @@ def add_endpoints(asked: Asked) -> Answer:
     )
 
 
-def remove_endpoints(asked: Asked) -> Answer:
+def url_group_remove_endpoints(asked: Asked) -> Answer:
     """DELETE /v2/topics/{name}/endpoints: remove endpoints; an emptied URL group goes."""
     name = asked.name or ""
     gone = _endpoints(_json_body(asked.environ), False)
@@ -681,18 +681,18 @@ def health(status: store.Status) -> Answer:
 #: one path segment, an item's name; HEAD is GET without the body (RFC 9110, 9.3.2).  READS are
 #: answered always; every other method writes, and is answered with --writable only (else 405).
 ROUTES: Dict[Tuple[str, str], Handler] = {
-    ("GET", "/v2/topics"): get_url_groups,
-    ("GET", "/v2/topics/{name}"): get_url_group,
-    ("DELETE", "/v2/topics/{name}"): delete_url_group,
-    ("POST", "/v2/topics/{name}/endpoints"): add_endpoints,
-    ("DELETE", "/v2/topics/{name}/endpoints"): remove_endpoints,
-    ("GET", "/v2/queues"): get_queues,
-    ("POST", "/v2/queues"): upsert_queue,
-    ("GET", "/v2/queues/{name}"): get_queue,
-    ("DELETE", "/v2/queues/{name}"): delete_queue,
-    ("POST", "/v2/queues/{name}/pause"): pause_queue,
-    ("POST", "/v2/queues/{name}/resume"): resume_queue,
-    ("GET", "/v2/keys"): get_signing_keys,
+    ("GET", "/v2/topics"): url_group_list,
+    ("GET", "/v2/topics/{name}"): url_group_get,
+    ("DELETE", "/v2/topics/{name}"): url_group_delete,
+    ("POST", "/v2/topics/{name}/endpoints"): url_group_upsert_endpoints,
+    ("DELETE", "/v2/topics/{name}/endpoints"): url_group_remove_endpoints,
+    ("GET", "/v2/queues"): queue_list,
+    ("POST", "/v2/queues"): queue_upsert,
+    ("GET", "/v2/queues/{name}"): queue_get,
+    ("DELETE", "/v2/queues/{name}"): queue_delete,
+    ("POST", "/v2/queues/{name}/pause"): queue_pause,
+    ("POST", "/v2/queues/{name}/resume"): queue_resume,
+    ("GET", "/v2/keys"): signing_key_get,
     ("GET", HEALTH_PATH): typing.cast(Handler, health),  # no token: Service answers it so
 }
 HEALTH_CHECK = ROUTES["GET", HEALTH_PATH]
