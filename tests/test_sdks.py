@@ -235,25 +235,18 @@ def test_the_readmes_js_suite_passes_under_the_runner_as_printed(tmp_path: Path)
     before = fixture.read_bytes()
     command = readme_section_block("In your tests", "sh", "--run").split()
     assert command[0] == "qstash-lists" and "--test-concurrency=2" in command
+
+    def run_the_command() -> "subprocess.CompletedProcess[str]":
+        argv = [sys.executable, str(ROOT / "app.py")] + command[1:]
+        return subprocess.run(argv, cwd=str(folder), capture_output=True, text=True, timeout=300)
+
     for run in range(3):
-        done = subprocess.run(
-            [sys.executable, str(ROOT / "app.py")] + command[1:],
-            cwd=str(folder),
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        done = run_the_command()
         assert done.returncode == 0 and "# pass 61" in done.stdout, (run, done.stdout, done.stderr)
         assert done.stderr == "" and fixture.read_bytes() == before
     # A misspelt key in the bad-day recipe fails at its own POST, saying which key.
     (folder / "emails.test.mjs").write_text(emails.replace("{ status: 429 }", "{ statuss: 429 }"))
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "app.py")] + command[1:],
-        cwd=str(folder),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = run_the_command()
     assert done.returncode == 1 and '\\"statuss\\": not a fault\'s' in done.stdout, done.stdout
 
 
