@@ -141,6 +141,7 @@ class _Session:
 
 _sessions: "list[_Session]" = []  # the run's server in this process (an xdist worker's own)
 _elsewhere: "list[str]" = []  # without the ini line: what the run's environment reaches instead
+_before: "dict[str, Optional[str]]" = {}  # with it: QSTASH_URL and QSTASH_TOKEN before the run
 
 
 def _reaching(environ: Mapping[str, str]) -> "list[str]":
@@ -173,6 +174,7 @@ if pytest is not None:
         if config.getini(ENVIRON_SETTING):
             _sessions.append(_Session())
             server = _sessions[0].server
+            _before.update({key: os.environ.get(key) for key in ("QSTASH_URL", "QSTASH_TOKEN")})
             os.environ.update(QSTASH_URL=server.url, QSTASH_TOKEN=server.token)
         else:
             _elsewhere[:] = _reaching(os.environ)
@@ -180,6 +182,12 @@ if pytest is not None:
     def pytest_unconfigure(config: pytest.Config) -> None:
         while _sessions:
             _sessions.pop().close()
+        for key, value in _before.items():  # the environment as the run found it
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        _before.clear()
 
     @pytest.fixture
     def qstash_data() -> Any:

@@ -814,3 +814,27 @@ def test_uses_it(qstash_server):
     )
     out = result.stdout.str()
     assert "Traceback" not in out and "store.py" not in out and out.count("lag: missing") == 1, out
+
+
+@pytest.mark.parametrize("before", [None, "http://elsewhere.example"])
+def test_the_ini_line_leaves_the_environment_as_the_run_found_it(
+    monkeypatch: pytest.MonkeyPatch, before: Optional[str]
+) -> None:
+    """QSTASH_URL and QSTASH_TOKEN are the server's during the run, and as they were after it."""
+
+    class Config:
+        def getini(self, name: str) -> bool:
+            return name == testing.ENVIRON_SETTING
+
+    for key in ("QSTASH_URL", "QSTASH_TOKEN"):
+        if before is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, before)
+    config: Any = Config()
+    testing.pytest_configure(config)
+    try:
+        assert os.environ["QSTASH_URL"] == testing._sessions[0].server.url
+    finally:
+        testing.pytest_unconfigure(config)
+    assert [os.environ.get(key) for key in ("QSTASH_URL", "QSTASH_TOKEN")] == [before, before]
