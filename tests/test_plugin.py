@@ -804,7 +804,8 @@ def test_uses_it(qstash_server):
     pass
 """
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    # -rN: pytest's own short summary repeats the message, in full where CI is set.
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rN")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(
         [
