@@ -113,6 +113,10 @@ PRIVATE = "private, no-cache"
 NO_STORE = "no-store"  # signing keys (secrets), errors, writes, health: no cache stores them at all
 MAX_BODY = 64 * 1024  # the largest body a write takes (QStash's carry a few hundred bytes)
 MAX_NAME = 200  # the longest name of a queue or URL group a write makes
+#: make_app's exit on a setting only the environment can fix (gunicorn's "failed to boot"), and
+#: in a uWSGI worker that loads the app itself uWSGI's "failed loading app", which with
+#: --need-app stops the instance instead of starting the worker again.
+BOOT_FAILED, UWSGI_APP_FAILED = 3, 22
 #: The 503 while no good version of the data file has been loaded (see make_app).
 UNAVAILABLE = (
     "service unavailable: the server's data file cannot be served yet; the server log names the "
@@ -1378,7 +1382,7 @@ open_data = store.DataFile
 def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
     """The factory for servers: the app from the environment (SETTINGS' variables), never with the
     dev token.  A bad setting, or a one-account file without QSTASH_TOKEN: a line on stderr and
-    SystemExit(3); a bad data file: 503s."""
+    SystemExit(BOOT_FAILED); a bad data file: 503s."""
     uwsgi = sys.modules.get("uwsgi")
     previous: Any = getattr(uwsgi, "post_fork_hook", None)
     # uWSGI forks its workers from C, where no os.register_at_fork hook runs: its own hook.
@@ -1399,16 +1403,37 @@ def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
         signal.signal(signal.SIGHUP, _wake_all)
     try:
         settings = read_settings(os.environ if environ is None else environ)
+        lazy = _loads_in_each_worker() if settings["reset"] else None
+        if lazy is not None:  # a recycled worker would reset to the file as it found it
+            raise ConfigError(
+                "QSTASH_LISTS_RESET: %s loads the app in each worker, each with a start of its "
+                "own: %s" % lazy
+            )
         data = _data_file(settings, None, required=True)
     except (ConfigError, store.TokenMissing) as exc:
         sys.stderr.write("%s\n" % exc)  # one write: each failing worker's line is whole
-        raise SystemExit(3) from None
+        lazy_uwsgi = uwsgi is not None and uwsgi.worker_id()
+        raise SystemExit(UWSGI_APP_FAILED if lazy_uwsgi else BOOT_FAILED) from None
     except store.DataError:
         data = _data_file(settings, None, required=False)  # logged; 503s until it is good
     except KeyboardInterrupt:  # Ctrl-C during the first load: a stop, not a traceback
         raise SystemExit(130) from None
     service = create_app(data, allowed_hosts=settings["allowed_hosts"] or ())
     return TestDouble(service) if settings["reset"] else service
+
+
+def _loads_in_each_worker() -> Optional[Tuple[str, str]]:
+    """The server, and its fix, where each worker loads the app after the fork (so that no start is
+    common to them); None where the app is loaded once, before any fork."""
+    uwsgi = sys.modules.get("uwsgi")
+    if uwsgi is not None and {"lazy", "lazy-apps"} & set(uwsgi.opt):
+        return "uWSGI's --lazy-apps", "drop it"
+    gunicorn = sys.modules.get("gunicorn.workers.base")
+    # A gunicorn worker sets its handlers before it loads the app; a preloading master has none yet.
+    handler = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+    if gunicorn is not None and isinstance(handler, gunicorn.Worker):
+        return "gunicorn without --preload", "add --preload"
+    return None
 
 
 def _data_file(

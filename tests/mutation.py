@@ -220,6 +220,20 @@ MUTANTS: List[Mutant] = [
         "        if self.writable",
     ),
     M(
+        "reset",
+        "app.py",
+        'return "gunicorn without --preload", "add --preload"',
+        "pass",
+        ("tests/test_workers.py",),
+    ),
+    M(
+        "reset",
+        "app.py",
+        "SystemExit(UWSGI_APP_FAILED if lazy_uwsgi",
+        "SystemExit(BOOT_FAILED if lazy_uwsgi",
+        ("tests/test_workers.py",),
+    ),
+    M(
         "reload",
         "app.py",
         "uwsgi.post_fork_hook = store.after_fork if",

@@ -481,6 +481,43 @@ def test_gunicorn_preload_resets_to_the_servers_start_in_a_recycled_worker(
         assert master.wait(timeout=30) == 0
 
 
+LAZY = {  # each server that loads the app in each worker, and the line it stops with
+    "gunicorn": (
+        _gunicorn,
+        "QSTASH_LISTS_RESET: gunicorn without --preload loads the app in each worker, each with a "
+        "start of its own: add --preload",
+    ),
+    "uwsgi --lazy-apps": (
+        lambda port: uwsgi_command(port) + ["--lazy-apps"],
+        "QSTASH_LISTS_RESET: uWSGI's --lazy-apps loads the app in each worker, each with a start "
+        "of its own: drop it",
+    ),
+}
+
+
+@pytest.mark.parametrize("server", list(LAZY))
+def test_a_reset_is_refused_at_start_where_each_worker_loads_the_app(
+    tmp_path: Path, server: str
+) -> None:
+    """docs/deploying.md's reset: one start for all workers.  Where each worker loads the app
+    after the fork, a recycled one would reset to the file as it found it: the server stops at
+    start with one line that names the fix."""
+    if server.startswith("uwsgi") and UWSGI is None:
+        pytest.skip(NO_UWSGI)
+    command, line = LAZY[server]
+    data = write_json(tmp_path / "data.json", accounts_document())
+    env = {
+        "QSTASH_LISTS_DATA": str(data),
+        "PYTHONPATH": str(ROOT),
+        "QSTASH_LISTS_WRITABLE": "1",
+        "QSTASH_LISTS_RESET": "1",
+    }
+    with started(command(free_port()), env, cwd=str(tmp_path)) as proc:
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and line in err.splitlines(), err
+    assert '/app.py"' not in err
+
+
 def answered(port: int) -> int:
     """GET /v2/queues/made's status (0: closed unanswered)."""
     return request(port, "GET", "/v2/queues/made", {"Authorization": "Bearer " + TOKEN_A}, b"")
