@@ -777,7 +777,12 @@ MUTANTS: List[Mutant] = [
         "not 0 <= float(text) <= 3600:",
         tuple(SERVER),
     ),
-    M("settings", "app.py", "raise SystemExit(3) from None", "raise SystemExit(2) from None"),
+    M(
+        "settings",
+        "app.py",
+        "BOOT_FAILED, UWSGI_APP_FAILED = 3, 22",
+        "BOOT_FAILED, UWSGI_APP_FAILED = 2, 22",
+    ),
     M(
         "settings",
         "app.py",
