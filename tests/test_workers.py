@@ -255,8 +255,8 @@ def test_signals_of_each_server(tmp_path: Path, server: str, signum: str) -> Non
             signum = "SIGTERM"
         proc.send_signal(getattr(signal, signum))
         status = proc.wait(timeout=30)
-        assert status == stops[signum] if stops[signum] is not None else status != 0
-    assert "Traceback" not in log.text()
+        ended = status == stops[signum] if stops[signum] is not None else status != 0
+    assert ended and "Traceback" not in log.text(), (status, log.text())
 
 
 BOOT_FAILURES = {
