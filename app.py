@@ -378,25 +378,6 @@ class Body:
 
 
 # ---- Requests: the credential, a name, a write's body --------------------------------------------
-def _credential(environ: WSGIEnvironment) -> bytes:
-    """The request's one token (its Authorization and qstash_token agree), or Unauthorized."""
-    query, header = environ.get("QUERY_STRING"), environ.get("HTTP_AUTHORIZATION")
-    tokens = _query_tokens(query) if query and "qstash_token" in query else set()
-    if header is not None:
-        scheme, _, token = header.strip(" \t").partition(" ")
-        if scheme.lower() != "bearer":  # the scheme is case-insensitive (RFC 9110, 11.1)
-            raise Unauthorized("not a Bearer header")
-        tokens.add(_latin1(token.lstrip(" ")))
-    if not tokens:
-        raise Unauthorized("no credential", sent=False)
-    if len(tokens) > 1:
-        raise Unauthorized("tokens disagree" if b"" not in tokens else "malformed")
-    token = tokens.pop()
-    if not token or b" " in token or b"\t" in token:  # no account's token has one
-        raise Unauthorized("malformed")
-    return token
-
-
 def _query_tokens(query: str) -> set[bytes]:
     """Return the distinct decoded values of the query's qstash_token fields (b"" for an empty one),
     cutting the query at each ``&qstash_token``: a thousand other fields cost little.  Past
@@ -525,9 +506,6 @@ class Asked(NamedTuple):
     source: store.DataFile
     account: store.Account  # the token's, in the newest version
     name: Optional[str]  # the item's name in the path (routes with {name})
-
-
-Handler = Callable[[Asked], Answer]
 
 
 def url_group_list(asked: Asked) -> Answer:
@@ -684,7 +662,7 @@ def health(status: store.Status) -> Answer:
 #: Which handler answers which method of which route, as Go 1.22's ServeMux keys them: "{name}" is
 #: one path segment, an item's name; HEAD is GET without the body (RFC 9110, 9.3.2).  READS are
 #: answered always; every other method writes, and is answered with --writable only (else 405).
-ROUTES: Dict[Tuple[str, str], Handler] = {
+ROUTES: Dict[Tuple[str, str], Callable[..., Answer]] = {
     ("GET", "/v2/topics"): url_group_list,
     ("GET", "/v2/topics/{name}"): url_group_get,
     ("DELETE", "/v2/topics/{name}"): url_group_delete,
@@ -697,9 +675,8 @@ ROUTES: Dict[Tuple[str, str], Handler] = {
     ("POST", "/v2/queues/{name}/pause"): queue_pause,
     ("POST", "/v2/queues/{name}/resume"): queue_resume,
     ("GET", "/v2/keys"): signing_key_get,
-    ("GET", HEALTH_PATH): typing.cast(Handler, health),  # no token: Service answers it so
+    ("GET", HEALTH_PATH): health,  # no token
 }
-HEALTH_CHECK = ROUTES["GET", HEALTH_PATH]
 READS = ("GET", "HEAD")
 #: Each route's methods, in the table's order (a 405 names them).
 METHODS: Dict[str, Tuple[str, ...]] = {}
@@ -707,7 +684,9 @@ for _method, _route in ROUTES:
     METHODS[_route] = METHODS.get(_route, ()) + (_method,)
 
 
-def match(method: str, path_info: str, writable: bool) -> Tuple[Handler, Optional[str]]:
+def match(
+    method: str, path_info: str, writable: bool
+) -> Tuple[Callable[..., Answer], Optional[str]]:
     """The handler of ``method`` on ``path_info`` (a trailing slash dropped), and the item's name
     in it; NotFound, or MethodNotAllowed."""
     route = path_info[:-1] if path_info.endswith("/") else path_info
@@ -756,7 +735,7 @@ class Service:
                 raise Forbidden(FROM_A_PAGE, why="from a web page")
             method, path = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", "")
             handler, name = match(method, path, self.source.writable)
-            if handler is HEALTH_CHECK:  # the one route without a token
+            if handler is health:  # the one route without a token
                 answer = health(self.source.status())
             else:
                 answer = handler(Asked(environ, self.source, self.account(environ), name))
@@ -768,9 +747,22 @@ class Service:
         return self.send(environ, start_response, answer, started, exc_info)
 
     def account(self, environ: WSGIEnvironment) -> store.Account:
-        """The account of the request's token in the newest version, or the HTTPError that says
-        why not."""
-        token = _credential(environ)
+        """The account of the request's one token (its Authorization header and qstash_token
+        fields agree) in the newest version, or the HTTPError that says why not."""
+        query, header = environ.get("QUERY_STRING"), environ.get("HTTP_AUTHORIZATION")
+        tokens = _query_tokens(query) if query and "qstash_token" in query else set()
+        if header is not None:
+            scheme, _, token = header.strip(" \t").partition(" ")
+            if scheme.lower() != "bearer":  # the scheme is case-insensitive (RFC 9110, 11.1)
+                raise Unauthorized("not a Bearer header")
+            tokens.add(_latin1(token.lstrip(" ")))
+        if not tokens:
+            raise Unauthorized("no credential", sent=False)
+        if len(tokens) > 1:
+            raise Unauthorized("tokens disagree" if b"" not in tokens else "malformed")
+        token = tokens.pop()
+        if not token or b" " in token or b"\t" in token:  # no account's token has one
+            raise Unauthorized("malformed")
         loaded = self.source.current()
         if loaded is None:
             raise ServiceUnavailable(UNAVAILABLE, why="no good data file yet")
