@@ -377,7 +377,7 @@ class Body:
         return Answer("200 OK", list(self.headers), self.data)
 
 
-# ---- Requests: the credential, a name, a write's body --------------------------------------------
+# ---- Requests: the token's query fields, a name, a write's body ----------------------------------
 def _query_tokens(query: str) -> set[bytes]:
     """Return the distinct decoded values of the query's qstash_token fields (b"" for an empty one),
     cutting the query at each ``&qstash_token``: a thousand other fields cost little.  Past
@@ -1374,7 +1374,8 @@ open_data = store.DataFile
 def make_app(environ: Optional[Mapping[str, str]] = None) -> WSGIApplication:
     """The factory for servers: the app from the environment (SETTINGS' variables), never with the
     dev token.  A bad setting, or a one-account file without QSTASH_TOKEN: a line on stderr and
-    SystemExit(BOOT_FAILED); a bad data file: 503s."""
+    SystemExit(BOOT_FAILED) (in a uWSGI worker that loads the app itself, UWSGI_APP_FAILED); a bad
+    data file: 503s."""
     uwsgi = sys.modules.get("uwsgi")
     previous: Any = getattr(uwsgi, "post_fork_hook", None)
     # uWSGI forks its workers from C, where no os.register_at_fork hook runs: its own hook.
