@@ -360,7 +360,8 @@ class Body:
     @staticmethod
     def kept(asked: Asked, key: Any, data: Callable[[], bytes], cache: str = PRIVATE) -> Answer:
         """The answer of the body ``key`` of the asked account (its bytes: ``data()``), made once
-        and kept in the account: sound because every write makes a new Account (a put-back
+        and kept in the account: sound because every write makes a new Account, whose cache
+        starts empty (an ``init=False`` field, which dataclasses.replace does not copy; a put-back
         restores one whose content is equal), so a body never outlives what it encodes.  Two
         threads may both make it; one is kept."""
         found = asked.account.cache.get(key)
@@ -788,6 +789,8 @@ class Service:
         data = b"" if environ.get("REQUEST_METHOD") == "HEAD" else answer.body
         if self.access_log and access_logger.isEnabledFor(logging.INFO):
             ms = (time.perf_counter() - started) * 1000
+            # Under python app.py, to QueueLog (_log_to_stderr): the line is made and written on
+            # its listener's thread; embedded, to the handlers the embedding gave the logger.
             access_logger.info("%s", AccessLine(environ, answer, len(data), ms))
         return _body_iterable(environ, data)
 
