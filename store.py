@@ -1317,8 +1317,10 @@ class DataFile:
     # -- Reads -------------------------------------------------------------------------------------
     def current(self) -> Optional[Store]:
         """Return the newest good store (None only if there has never been one).  A writable one
-        first loads a version another process wrote (renamed over the file: always another
-        signature, see _Served), so that a read follows every write answered."""
+        first loads a version another process wrote, so that a read follows every write answered:
+        every write renames a new file over the path, whose inode differs from the one in service
+        (held open, see _Served, so no new file takes its number); the path's stat equal to the
+        version's means no write since.  A save in place by hand is the reloader's to find."""
         if self._forked:
             self._start_in_child()
         if self.writable and _stat(self.path) != self._served.version.signature:
