@@ -867,11 +867,18 @@ def _same_file(one: os.stat_result, other: os.stat_result) -> bool:
     return (one.st_ino, one.st_dev) == (other.st_ino, other.st_dev)
 
 
-class _Temporary(NamedTuple):
-    """A new version written beside its target, not yet renamed over it (see _new_version)."""
+class _Temporary:
+    """A new version written beside its target (see _new_version), until rename() puts it there."""
 
-    fd: int  # open on it
-    path: str  # its name beside the target
+    def __init__(self, fd: int, path: str, target: str) -> None:
+        self.fd, self.path, self.target = fd, path, target  # open on it; its name; its target
+        self.renamed = False
+
+    def rename(self) -> Signature:
+        """Rename it over its target (as the path's version, under _Served.lock); its signature."""
+        os.replace(self.path, self.target)
+        self.renamed = True
+        return _signature(os.fstat(self.fd))
 
 
 @contextlib.contextmanager
@@ -879,8 +886,8 @@ def _new_version(
     target: str, data: bytes, old: Optional[os.stat_result], source: str
 ) -> Iterator[_Temporary]:
     """Write ``data`` to a temporary file of its own beside ``target`` (fsync'd, with the old
-    file's mode and owner) and yield it; the caller renames it over ``target``.  The
-    temporary file goes on every way out but a rename; the directory is synced after one."""
+    file's mode and owner) and yield it for the caller to rename (or not).  The temporary file
+    goes on every way out but a rename; the directory is synced after one."""
     directory, name = os.path.split(target)
     fd, temporary = -1, ""
     try:
@@ -901,8 +908,9 @@ def _new_version(
         while view:  # a short write (a signal, a full disk): the rest, or its error
             view = view[os.write(fd, view) :]
         os.fsync(fd)
-        yield _Temporary(fd, temporary)
-        if not os.path.lexists(temporary):  # renamed
+        new = _Temporary(fd, temporary, target)
+        yield new
+        if new.renamed:
             temporary = ""
             _sync_directory(directory or ".")
     except OSError as exc:
@@ -1122,7 +1130,7 @@ class _Served:
     """The version in service of one data file: judged, refused and put in service by its owner
     alone.
 
-    Its lock (``_lock``) guards ``_version``, ``_file`` and ``_problem``: one look or write at a
+    Its lock (``lock``) guards ``_version``, ``_file`` and ``_problem``: one look or write at a
     time.
     A read takes it only to load a version it needs; the writer takes it to judge the file it
     holds the flock on, and to swap in what it wrote (never while it waits for the flock).
@@ -1136,7 +1144,7 @@ class _Served:
     ) -> None:
         self.path, self.max_size = path, max_size
         self._token, self._fallback = token, fallback
-        self._lock = threading.Lock()  # guards _version, _file and _problem (see the docstring)
+        self.lock = threading.Lock()  # guards _version, _file and _problem (see the docstring)
         self._version = _Version()
         self._file = -1
         self._problem: Optional[str] = (
@@ -1153,7 +1161,7 @@ class _Served:
         renamed over it, which always has another signature, is the only change looked for);
         parse it unless it holds the bytes in service (``force``: whatever it holds); tell whether
         it was parsed and put in service.  A problem is logged when it starts."""
-        with self._lock:
+        with self.lock:
             on_disk = _stat(self.path)
             if renamed and on_disk == self._version.signature:
                 return False  # a look or a write this one waited for had it
@@ -1171,7 +1179,7 @@ class _Served:
 
     def load(self, force: bool = False) -> Optional[DataError]:
         """Read and load the file (see load_version), read again while it changes; return its
-        problem, noted (see set_failed), if any.  Precondition: _lock is held, or this is the
+        problem, noted (see set_failed), if any.  Precondition: lock is held, or this is the
         constructor."""
         try:
             with _opened(self.path, self.max_size) as (fd, found):
@@ -1188,7 +1196,7 @@ class _Served:
     def load_version(self, fd: int, found: Read, force: bool = False) -> Store:
         """The store of the version ``found``, read from ``fd``: the one in service if it holds
         the same bytes (unless ``force``), else a new one put in service; a DataError (with its
-        signature) where it does not load.  Precondition: _lock is held."""
+        signature) where it does not load.  Precondition: lock is held."""
         version = self._version
         if not force and version.failed_at is None and version.has_bytes(found.raw):
             self._keep_open(fd)
@@ -1205,7 +1213,7 @@ class _Served:
 
     def serve(self, fd: int, signature: Signature, store: Store, raw: bytes) -> None:
         """Put ``store`` in service, as the version ``signature`` holding ``raw``, open as
-        ``fd``.  Precondition: _lock is held, or this is the constructor."""
+        ``fd``.  Precondition: lock is held, or this is the constructor."""
         self._keep_open(fd)
         now = time.time()
         self._version = _Version(signature, now, store, raw, loaded_at=now)
@@ -1217,7 +1225,7 @@ class _Served:
 
     def set_failed(self, signature: Optional[Signature], problem: DataError) -> None:
         """Note that the version ``signature`` was judged and refused (None: it is read again at
-        the next look): the last good version stays.  Precondition: _lock is held, or this is
+        the next look): the last good version stays.  Precondition: lock is held, or this is
         the constructor."""
         self._keep_open(-1)
         now = time.time()
@@ -1227,7 +1235,7 @@ class _Served:
         )
 
     def log_problem(self, problem: DataError) -> None:
-        """Log a problem when it starts (not at every look while it lasts).  Precondition: _lock is
+        """Log a problem when it starts (not at every look while it lasts).  Precondition: lock is
         held, or this is the constructor."""
         first = problem.problems[0] if problem.problems else type(problem).__name__
         if first == self._problem:
@@ -1259,7 +1267,7 @@ class _Served:
         return status
 
     def close(self) -> None:
-        with self._lock:
+        with self.lock:
             self._keep_open(-1)
 
 
@@ -1406,7 +1414,7 @@ class DataFile:
         if found is None:  # written into meanwhile, by hand
             return None
         served = self._served
-        with served._lock:
+        with served.lock:
             try:
                 store = served.load_version(held.fd, found)
             except DataError as exc:
@@ -1435,7 +1443,7 @@ class DataFile:
         if len(data) > self.max_size:
             raise _too_large(self.path, len(data), self.max_size)
         with _new_version(held.target, data, held.stat, self.path) as new:
-            with served._lock:  # a read waits for the rename only
+            with served.lock:  # a read waits for the rename only
                 # Still that file, its bytes read again: stat cannot tell a save in place within
                 # the timestamps' granularity (a second on ext3, HFS+, exFAT); one in the
                 # microseconds between this read and the rename is overwritten (as git's and
@@ -1445,8 +1453,7 @@ class DataFile:
                 again = _read_open(held.fd, self.path, self.max_size)
                 if again is None or again.raw != found.raw:
                     return None
-                os.replace(new.path, held.target)
-                served.serve(new.fd, _signature(os.fstat(new.fd)), fresh, data)
+                served.serve(new.fd, new.rename(), fresh, data)
         return did
 
     def replace(self, raw: bytes) -> Store:
@@ -1459,10 +1466,8 @@ class DataFile:
             raise _too_large(self.path, len(fresh.lines), self.max_size)
         with _locked(self.path, time.monotonic() + LOCK_TIMEOUT) as held:
             with _new_version(held.target, fresh.lines, held.stat, self.path) as new:
-                with self._served._lock:
-                    os.replace(new.path, held.target)
-                    signature = _signature(os.fstat(new.fd))
-                    self._served.serve(new.fd, signature, fresh, fresh.lines)
+                with self._served.lock:
+                    self._served.serve(new.fd, new.rename(), fresh, fresh.lines)
                     self._served.first = fresh
         return fresh
 
@@ -1543,7 +1548,7 @@ def after_fork() -> None:
     ``cached_property`` (whose lock, before Python 3.12, a fork could leave held)."""
     for data in list(_open_files):
         if not data._closed:
-            data._served._lock = threading.Lock()
+            data._served.lock = threading.Lock()
             data._turn = threading.Condition()
             data._writing = data._contended = False
             data._pair()  # a wake in the child, even before its first call, is its own

@@ -431,8 +431,15 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "        os.fsync(fd)\n        yield _Temporary",
-        "        yield _Temporary",
+        '        if new.renamed:\n            temporary = ""',
+        '        if not new.renamed:\n            temporary = ""',
+        WRITER,
+    ),
+    M(
+        "writes",
+        "store.py",
+        "        os.fsync(fd)\n        new = _Temporary",
+        "        new = _Temporary",
         WRITES,
     ),
     M(
@@ -466,8 +473,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "served.serve(new.fd, _signature(os.fstat(new.fd)), fresh, data)",
-        "served.serve(new.fd, found.signature, fresh, data)",
+        "served.serve(new.fd, new.rename(), fresh, data)",
+        "new.rename()\n                served.serve(new.fd, found.signature, fresh, data)",
         WRITES,
     ),
     M(

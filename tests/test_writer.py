@@ -249,6 +249,7 @@ def test_a_version_renamed_over_the_file_during_a_write_is_written_under_its_own
     assert renames == ["locked"]
     written = store.load(str(path), None)
     assert list(written.accounts[0].queues) == ["emails", "w"] and not written.accounts[1].queues
+    assert [p.name for p in tmp_path.iterdir()] == ["data.json"]  # the first try's version gone
     data.close()
 
 
