@@ -816,18 +816,17 @@ def _locked(
     """Take every writer's lock (``flock``) on the file ``path`` leads to, until ``deadline`` at
     the most (then Busy); ``stuck(True)`` once another process has held it for LOCK_STUCK and
     written nothing meanwhile (one at work renames a version every few milliseconds),
-    ``stuck(False)`` once it is had.  A file
-    replaced or re-pointed while the lock was awaited: the lock on the new one, at once the first
-    time, then paced as a held lock is (no flock waits with a timeout: it is tried each
-    millisecond)."""
+    ``stuck(False)`` once it is had.  A file replaced or re-pointed while the lock was awaited:
+    the lock on the new one, tried as a held lock is (no flock waits with a timeout: it is tried
+    each millisecond)."""
     import fcntl  # POSIX only: writes need it, reads do not
 
-    replaced, seen, began = 0, _stat(path), time.monotonic()
+    seen, began = _stat(path), time.monotonic()
     while True:
-        at_once = False  # the first file found replaced is tried again at once
-        target = os.path.realpath(path)
-        fd = _open(target)
-        try:
+        with contextlib.ExitStack() as opened:  # each closed on every way out: the lock let go
+            target = os.path.realpath(path)
+            fd = _open(target)
+            opened.callback(os.close, fd)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -841,22 +840,15 @@ def _locked(
                 # Read through a description of its own, which may be held open after the lock is
                 # let go (see _Served._keep_open): a copy of this one would keep the lock.
                 held = _Held(_open(target), target, os.fstat(fd))
-                try:
-                    if _same_file(os.fstat(held.fd), held.stat) and held.names(
-                        path, _signature(held.stat)
-                    ):
-                        yield held
-                        return
-                finally:
-                    os.close(held.fd)
-                replaced += 1
-                at_once = replaced == 1
-        finally:
-            os.close(fd)  # lets go of the lock
+                opened.callback(os.close, held.fd)
+                if _same_file(os.fstat(held.fd), held.stat) and held.names(
+                    path, _signature(held.stat)
+                ):
+                    yield held
+                    return
         if time.monotonic() > deadline:
             raise _busy(path, "another process kept the file locked for %g s" % LOCK_TIMEOUT)
-        if not at_once:
-            time.sleep(0.001)  # a lock another process lets go of is taken within a millisecond
+        time.sleep(0.001)  # a lock another process lets go of is taken within a millisecond
 
 
 def _busy(path: str, why: str) -> Busy:

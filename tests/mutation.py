@@ -416,8 +416,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "                    if _same_file(os.fstat(held.fd), held.stat) and held.names(",
-        "                    if True or held.names(",
+        "                if _same_file(os.fstat(held.fd), held.stat) and held.names(",
+        "                if True or held.names(",
         WRITES,
     ),
     M("writes", "store.py", "os.fchmod(fd, stat.S_IMODE(old.st_mode))", "pass", WRITES),
@@ -1069,8 +1069,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writer",
         "store.py",
-        "        target = os.path.realpath(path)\n        fd = _open(target)",
-        "        target = os.path.realpath(path) if not replaced else target\n        fd = _open(target)",
+        "            target = os.path.realpath(path)\n            fd = _open(target)",
+        '            target = locals().get("target") or os.path.realpath(path)\n            fd = _open(target)',
         WRITER,
     ),
     M(
