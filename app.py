@@ -339,43 +339,34 @@ def _done(why: str) -> Answer:
 
 
 # ---- Response bodies: encoded once per version of an account -------------------------------------
-class Body:
-    """One response body and the headers of its 200 and 304 answers, built once; its ETag a digest
-    of the bytes.  ``cache``: PRIVATE for one account's lists, NO_STORE for signing keys."""
+class Body(NamedTuple):
+    """One response body and the headers of its 200 and 304 answers (see kept)."""
 
-    __slots__ = ("data", "etag", "not_modified", "headers")
+    data: bytes
+    etag: str  # a digest of the bytes
+    not_modified: List[Tuple[str, str]]  # a 304's headers, which a 200 repeats (RFC 9110, 15.4.5)
+    headers: List[Tuple[str, str]]  # a 200's
 
-    def __init__(self, data: bytes, cache: str) -> None:
-        self.data = data
-        self.etag = '"%s"' % hashlib.blake2b(data, digest_size=16).hexdigest()
-        # A 304 repeats these of the 200 (RFC 9110, 15.4.5).
-        self.not_modified = [
-            ("ETag", self.etag),
-            ("Cache-Control", cache),
-            ("X-Content-Type-Options", "nosniff"),
-        ]
-        self.headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
-        self.headers += self.not_modified
 
-    @staticmethod
-    def kept(asked: Asked, key: Any, data: Callable[[], bytes], cache: str = PRIVATE) -> Answer:
-        """The answer of the body ``key`` of the asked account (its bytes: ``data()``), made once
-        and kept in the account: sound because every write makes a new Account, whose cache
-        starts empty (an ``init=False`` field, which dataclasses.replace does not copy; a put-back
-        restores one whose content is equal), so a body never outlives what it encodes.  Two
-        threads may both make it; one is kept."""
-        found = asked.account.cache.get(key)
-        if found is None:
-            found = asked.account.cache.setdefault(key, Body(data(), cache))
-        return typing.cast(Body, found).answer(asked.environ)
-
-    def answer(self, environ: WSGIEnvironment) -> Answer:
-        """200 with the body, or 304 if If-None-Match names its ETag (weak comparison, RFC 9110,
-        13.1.2).  Fresh header lists each time: some servers (wsgiref) add their own to ours."""
-        tags = [tag.strip() for tag in environ.get("HTTP_IF_NONE_MATCH", "").split(",")]
-        if "*" in tags or self.etag in tags or "W/" + self.etag in tags:
-            return Answer("304 Not Modified", list(self.not_modified), b"")
-        return Answer("200 OK", list(self.headers), self.data)
+def kept(asked: Asked, key: Any, data: Callable[[], bytes], cache: str = PRIVATE) -> Answer:
+    """The 200 with the body ``key`` of the asked account (its bytes: ``data()``), or 304 if
+    If-None-Match names its ETag (weak comparison, RFC 9110, 13.1.2); ``cache``: PRIVATE for one
+    account's lists, NO_STORE for signing keys.  The body and its headers are made once and kept in
+    the account: sound because every write makes a new Account, whose cache starts empty (an
+    ``init=False`` field, which dataclasses.replace does not copy; a put-back restores one whose
+    content is equal), so a body never outlives what it encodes.  Two threads may both make it;
+    one is kept.  Fresh header lists each time: some servers (wsgiref) add their own to ours."""
+    body = asked.account.cache.get(key)
+    if body is None:
+        raw = data()
+        etag = '"%s"' % hashlib.blake2b(raw, digest_size=16).hexdigest()
+        same = [("ETag", etag), ("Cache-Control", cache), ("X-Content-Type-Options", "nosniff")]
+        length = [("Content-Type", "application/json"), ("Content-Length", str(len(raw)))]
+        body = asked.account.cache.setdefault(key, Body(raw, etag, same, length + same))
+    tags = [tag.strip() for tag in asked.environ.get("HTTP_IF_NONE_MATCH", "").split(",")]
+    if "*" in tags or body.etag in tags or "W/" + body.etag in tags:
+        return Answer("304 Not Modified", list(body.not_modified), b"")
+    return Answer("200 OK", list(body.headers), body.data)
 
 
 # ---- Requests: the token's query fields, a name, a write's body ----------------------------------
@@ -511,7 +502,7 @@ class Asked(NamedTuple):
 
 def url_group_list(asked: Asked) -> Answer:
     """GET /v2/topics: the account's URL groups."""
-    return Body.kept(asked, "url_groups", lambda: store.array(asked.account.url_groups))
+    return kept(asked, "url_groups", lambda: store.array(asked.account.url_groups))
 
 
 def url_group_get(asked: Asked) -> Answer:
@@ -519,12 +510,12 @@ def url_group_get(asked: Asked) -> Answer:
     group = asked.account.url_groups.get(asked.name or "")
     if group is None:
         raise _no_such("URL group", asked.name or "")
-    return Body.kept(asked, ("url_groups", asked.name), lambda: group.raw)
+    return kept(asked, ("url_groups", asked.name), lambda: group.raw)
 
 
 def queue_list(asked: Asked) -> Answer:
     """GET /v2/queues: the account's queues."""
-    return Body.kept(asked, "queues", lambda: store.array(asked.account.queues))
+    return kept(asked, "queues", lambda: store.array(asked.account.queues))
 
 
 def queue_get(asked: Asked) -> Answer:
@@ -532,7 +523,7 @@ def queue_get(asked: Asked) -> Answer:
     queue = asked.account.queues.get(_queue_name(asked.name or ""))
     if queue is None:
         raise _no_such("queue", asked.name or "")
-    return Body.kept(asked, ("queues", asked.name), lambda: queue.raw)
+    return kept(asked, ("queues", asked.name), lambda: queue.raw)
 
 
 def signing_key_get(asked: Asked) -> Answer:
@@ -547,7 +538,7 @@ def signing_key_get(asked: Asked) -> Answer:
             why="no signing keys",
         )
     document = {"current": keys[0], "next": keys[1]}
-    return Body.kept(asked, "signing_keys", lambda: store.encode(document), NO_STORE)
+    return kept(asked, "signing_keys", lambda: store.encode(document), NO_STORE)
 
 
 def queue_upsert(asked: Asked) -> Answer:

@@ -145,19 +145,19 @@ MUTANTS: List[Mutant] = [
         ("tests/test_health.py",),
     ),
     # ETag and 304
-    M("etag", "app.py", 'self.etag in tags or "W/" + self.etag in tags', "self.etag in tags"),
-    M("etag", "app.py", 'if "*" in tags or self.etag', "if self.etag"),
+    M("etag", "app.py", 'body.etag in tags or "W/" + body.etag in tags', "body.etag in tags"),
+    M("etag", "app.py", 'if "*" in tags or body.etag', "if body.etag"),
     M(
         "etag",
         "app.py",
-        "hashlib.blake2b(data, digest_size=16)",
-        "hashlib.blake2b(b'%d' % len(data), digest_size=16)",
+        "hashlib.blake2b(raw, digest_size=16)",
+        "hashlib.blake2b(b'%d' % len(raw), digest_size=16)",
     ),
     M(
         "etag",
         "app.py",
-        'return Answer("304 Not Modified", list(self.not_modified), b"")',
-        'return Answer("304 Not Modified", list(self.headers), b"")',
+        'return Answer("304 Not Modified", list(body.not_modified), b"")',
+        'return Answer("304 Not Modified", list(body.headers), b"")',
     ),
     M(
         "etag",
