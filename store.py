@@ -1276,7 +1276,7 @@ class DataFile:
     another process's write.
 
     The locks, in the order they are taken: the ``flock`` on the data file (every process's, see
-    _locked), then _Served's ``_lock`` (the version in service).  ``_turn`` (this process's writes
+    _locked), then ``_Served.lock`` (the version in service).  ``_turn`` (this process's writes
     one at a time, see update) is held only for a moment, never while another lock is awaited: a
     write holds its turn as ``_writing``, not the lock."""
 
@@ -1445,7 +1445,8 @@ class DataFile:
                 again = _read_open(held.fd, self.path, self.max_size)
                 if again is None or again.raw != found.raw:
                     return None
-                served.serve(new.fd, new.rename(), fresh, data)
+                signature = new.rename()
+                served.serve(new.fd, signature, fresh, data)
         return did
 
     def replace(self, raw: bytes) -> Store:
@@ -1459,7 +1460,8 @@ class DataFile:
         with _locked(self.path, time.monotonic() + LOCK_TIMEOUT) as held:
             with _new_version(held.target, fresh.lines, held.stat, self.path) as new:
                 with self._served.lock:
-                    self._served.serve(new.fd, new.rename(), fresh, fresh.lines)
+                    signature = new.rename()
+                    self._served.serve(new.fd, signature, fresh, fresh.lines)
                     self._served.first = fresh
         return fresh
 

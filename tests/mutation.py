@@ -473,8 +473,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "served.serve(new.fd, new.rename(), fresh, data)",
-        "new.rename()\n                served.serve(new.fd, found.signature, fresh, data)",
+        "served.serve(new.fd, signature, fresh, data)",
+        "served.serve(new.fd, found.signature, fresh, data)",
         WRITES,
     ),
     M(
