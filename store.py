@@ -63,6 +63,8 @@ LOCK_TIMEOUT = 1.0
 LOCK_STUCK = 0.5
 #: Versions saved by hand while one write works that it redoes its change on, before a 409.
 WRITE_ATTEMPTS = 3
+#: What wake() sends a reloader: load the file even if unchanged (SIGHUP), or only look (a fork).
+FORCE, LOOK = b"\1", b"\0"
 _READ_CHUNK = 1 << 24
 _MISSING: Any = object()  # a key the object does not have (its problem is said once, as missing)
 _BESIDE_ACCOUNTS = (  # the problem of a key beside "accounts"
@@ -1337,10 +1339,12 @@ class DataFile:
         """Look now, from this thread (see _Served.reload): tell whether a version was loaded."""
         return self._served.reload(force)
 
-    def wake(self) -> None:
-        """Have the reloader look now, reloading even an unchanged file; no lock: signal-safe."""
+    def wake(self, force: bool = True) -> None:
+        """Have the reloader look now (``force``: reloading even an unchanged file); no lock:
+        signal-safe."""
         with contextlib.suppress(OSError, AttributeError):  # full: a look is due; closed: none is
-            cast(socket.socket, self._wake_send).send(b"\0", getattr(socket, "MSG_NOSIGNAL", 0))
+            sent = FORCE if force else LOOK
+            cast(socket.socket, self._wake_send).send(sent, getattr(socket, "MSG_NOSIGNAL", 0))
 
     def close(self) -> None:
         """Stop the reloader thread, and let go of the file."""
@@ -1488,13 +1492,13 @@ class DataFile:
         self._wake_receive.settimeout(self.interval)
 
     def _start_in_child(self) -> None:
-        """The first call in a forked child: start its reloader, woken to look now; the call
-        waits for no load."""
+        """The first call in a forked child: start its reloader, woken to look now (a look, not a
+        reload: an unchanged file is not parsed again); the call waits for no load."""
         with self._turn:  # held for a moment only
             if self._forked:
                 self._forked = False
                 self._start()
-                self.wake()
+                self.wake(force=False)
 
 
 def _reloader(
@@ -1506,7 +1510,7 @@ def _reloader(
     try:
         while True:
             try:
-                force = bool(receive.recv(4096))  # what wake() sent (many wakes: one look)
+                force = FORCE in receive.recv(4096)  # what wake() sent (many wakes: one look)
             except socket.timeout:
                 force = False
             except OSError:  # closed under it: uWSGI closes every descriptor to re-execute itself

@@ -210,8 +210,22 @@ MUTANTS: List[Mutant] = [
     M(
         "reload",
         "store.py",
-        "                self._start()\n                self.wake()",
+        "                self._start()\n                self.wake(force=False)",
         "                self._start()",
+    ),
+    M(
+        "reload",
+        "store.py",
+        "                self.wake(force=False)",
+        "                self.wake()",
+        ("tests/test_workers.py",),
+    ),
+    M(
+        "reload",
+        "store.py",
+        "force = FORCE in receive.recv(4096)",
+        "force = bool(receive.recv(4096))",
+        ("tests/test_workers.py",),
     ),
     M(
         "reload",
@@ -1076,8 +1090,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writer",
         "store.py",
-        '            cast(socket.socket, self._wake_send).send(b"\\0", getattr(socket, "MSG_NOSIGNAL", 0))',
-        '            with threading.Lock():\n                cast(socket.socket, self._wake_send).send(b"\\0", getattr(socket, "MSG_NOSIGNAL", 0))',
+        '            cast(socket.socket, self._wake_send).send(sent, getattr(socket, "MSG_NOSIGNAL", 0))',
+        '            with threading.Lock():\n                cast(socket.socket, self._wake_send).send(sent, getattr(socket, "MSG_NOSIGNAL", 0))',
         WRITER,
     ),
     M(

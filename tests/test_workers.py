@@ -137,6 +137,32 @@ print("third", flush=True)
 """
 
 
+# A process forked by os.fork with the file unchanged: its first call has its reloader look.
+FIRST_LOOK_SCRIPT = """
+import os, sys, time
+import store
+data = store.DataFile(sys.argv[1], interval=3600)
+before = data._served.version
+if os.fork():
+    sys.exit(os.waitstatus_to_exitcode(os.wait()[1]))
+data.current()  # the child's first call: its reloader looks now
+while data._served.version is before:  # until it has looked (the file is new: racy, read)
+    time.sleep(0.01)
+print("parsed again" if data._served.version.store is not before.store else "kept", flush=True)
+"""
+
+
+def test_a_forked_childs_first_look_parses_an_unchanged_file_no_more(tmp_path: Path) -> None:
+    """Each worker's first look after the fork (gunicorn --preload, uWSGI) is a look, not a
+    forced reload: a file that holds the bytes in service keeps the store (a forced one parsed a
+    120,000-queue file again in every worker, beside its first request)."""
+    data = write_json(tmp_path / "data.json", big_document(10))
+    command = [sys.executable, "-c", FIRST_LOOK_SCRIPT, str(data)]
+    with started(command, {"PYTHONPATH": str(ROOT)}) as proc:
+        out, _ = proc.communicate(timeout=60)
+    assert (proc.returncode, out) == (0, "kept\n")
+
+
 def _forking(fork: str, port: int, data: Path) -> List[str]:
     """The command of each way a worker is forked (see test_a_worker_forked_...)."""
     if fork == "os.fork":
