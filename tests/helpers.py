@@ -194,22 +194,56 @@ def environment(env: Optional[Dict[str, str]] = None, measured: bool = True) -> 
 def started(
     command: List[str], env: Optional[Dict[str, str]] = None, measured: bool = True, **popen: Any
 ) -> Iterator["subprocess.Popen[str]"]:
-    """Start ``command`` (in the checkout, with ``environment(env, measured)``); it is killed on
-    every way out."""
+    """Start ``command`` (in the checkout, with ``environment(env, measured)``, in a session of its
+    own); on every way out it is killed with every process it started.  A server's workers outlive
+    a killed master and hold its pipes, and closing a pipe that an ``Output`` thread reads waits for
+    its last writer: one left behind hung CI's whole run after a failed test."""
     options: Dict[str, Any] = dict(
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(ROOT),
+        start_new_session=True,
     )
     options.update(popen)
     proc = subprocess.Popen(command, env=environment(env, measured), **options)
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        family = descendants(proc.pid)  # those in groups of their own too (--run's command)
+        for pid, group in [(proc.pid, True)] + [(pid, False) for pid in family]:
+            try:
+                (os.killpg if group else os.kill)(pid, signal.SIGKILL)
+            except OSError:  # gone already (or the group was never its own)
+                pass
         proc.wait()
         for pipe in (proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()
+
+
+def children(pid: int) -> List[int]:
+    """The processes whose parent is ``pid`` (Linux's /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open("/proc/%s/stat" % entry) as stat:
+                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        found.append(int(entry))
+            except OSError:  # gone
+                pass
+    return found
+
+
+def descendants(pid: int) -> List[int]:
+    """The processes ``pid`` started, and theirs, while ``pid`` lives."""
+    found, pending = [], [pid]
+    while pending:
+        below = children(pending.pop())
+        found += below
+        pending += below
+    return found
 
 
 def run(

@@ -26,6 +26,7 @@ from helpers import (
     accounts_document,
     bearer,
     call,
+    children,
     eventually,
     free_port,
     served,
@@ -33,7 +34,7 @@ from helpers import (
     started,
     write_json,
 )
-from test_hostile import children, get, wait_until_answered
+from test_hostile import get, wait_until_answered
 from test_workers import NO_UWSGI, SERVERS, UWSGI, replace
 
 import app as service

@@ -21,6 +21,7 @@ from helpers import (
     TOKEN_A,
     Output,
     accounts_document,
+    children,
     eventually,
     free_port,
     run,
@@ -202,19 +203,6 @@ def test_check_never_echoes_a_token_pasted_as_its_digest(tmp_path: Path) -> None
     assert code == 2 and out == ""
     assert err.startswith("%s: accounts[0].tokenSha256: expected 64 hexadecimal digits" % bad)
     assert SECRET not in err and SECRET[:12] not in err
-
-
-def children(pid: int) -> List[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open("/proc/%s/stat" % entry) as stat:
-                    if int(stat.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
 
 
 def wait_until_answered(port: int, timeout: float = 30) -> None:

@@ -191,8 +191,8 @@ def test_an_interrupted_run_leaves_no_process_or_folder(
         assert len(list((tmp_path / "tmp").glob("qstash-lists-*"))) == max(workers, 1)
         proc.send_signal(signum)
         proc.wait(timeout=60)
-    eventually(lambda: _alive(marker, proc.pid) == [], timeout=60)
-    assert list((tmp_path / "tmp").glob("qstash-lists-*")) == []
+        eventually(lambda: _alive(marker, proc.pid) == [], timeout=60)  # before started()'s kill
+        assert list((tmp_path / "tmp").glob("qstash-lists-*")) == []
 
 
 def test_serve_is_writable_on_a_free_port_and_stops_while_a_client_is_connected() -> None:
@@ -355,7 +355,7 @@ def test_a_signal_to_the_runner_leaves_no_process_it_started(
         assert len(_alive(marker, proc.pid)) >= 3  # the shell (npm: and its shell), two sleeps
         proc.send_signal(signum)
         assert proc.wait(timeout=30) == 128 + signum
-    eventually(lambda: _alive(marker, proc.pid) == [])
+        eventually(lambda: _alive(marker, proc.pid) == [])
 
 
 def _told(marker: str, runner: int) -> bool:
@@ -391,8 +391,8 @@ def test_the_runner_killed_leaves_neither_the_command_nor_the_copy(tmp_path: Pat
         eventually(lambda: _told(marker, proc.pid))  # a kill before that leaves the group
         proc.kill()
         assert proc.wait(timeout=30) == -signal.SIGKILL
-    eventually(lambda: _alive(marker, proc.pid) == [])
-    eventually(lambda: list((tmp_path / "tmp").iterdir()) == [])
+        eventually(lambda: _alive(marker, proc.pid) == [])
+        eventually(lambda: list((tmp_path / "tmp").iterdir()) == [])
 
 
 def test_the_runner_signalled_before_its_command_starts_does_not_pass(tmp_path: Path) -> None:
@@ -696,10 +696,10 @@ def test_ctrl_c_while_the_runner_starts_is_a_quiet_130(tmp_path: Path, at: str) 
     marker = "QSTASH_LISTS_TEST_MARKER=%s" % tmp_path
     with _runner(tmp_path, "--run", "touch", "ran", env={"QSTASH_LISTS_TEST_AT": at}) as proc:
         out, err = proc.communicate(timeout=60)
-    assert (proc.returncode, err) == (130, "")
-    assert not (tmp_path / "ran").exists()
-    eventually(lambda: _alive(marker, proc.pid) == [])
-    assert list((tmp_path / "tmp").iterdir()) == []
+        assert (proc.returncode, err) == (130, "")
+        assert not (tmp_path / "ran").exists()
+        eventually(lambda: _alive(marker, proc.pid) == [])
+        assert list((tmp_path / "tmp").iterdir()) == []
 
 
 def test_the_runner_killed_as_its_command_starts_leaves_nothing(tmp_path: Path) -> None:
@@ -712,8 +712,8 @@ def test_the_runner_killed_as_its_command_starts_leaves_nothing(tmp_path: Path) 
         assert proc.stdout is not None and "started" in proc.stdout.readline()
         proc.kill()
         proc.wait(timeout=30)
-    eventually(lambda: _alive(marker, proc.pid) == [])
-    eventually(lambda: list((tmp_path / "tmp").iterdir()) == [])
+        eventually(lambda: _alive(marker, proc.pid) == [])
+        eventually(lambda: list((tmp_path / "tmp").iterdir()) == [])
 
 
 @pytest.mark.parametrize("killed", [False, True])
@@ -730,9 +730,9 @@ def test_a_command_that_ignores_sigterm_is_killed_after_the_stop_timeout(
         proc.send_signal(signal.SIGKILL if killed else signal.SIGTERM)
         err = proc.stderr.read()  # to its end: the watcher's too
         assert proc.wait(timeout=30) == (-signal.SIGKILL if killed else 128 + signal.SIGKILL)
-    said = "python app.py --run: the command's processes outlived SIGTERM by 1 s (--stop-timeout): "
-    assert err == said + "SIGKILL\n"
-    eventually(lambda: _alive(marker, proc.pid) == [])
+        said = "python app.py --run: the command's processes outlived SIGTERM by 1 s "
+        assert err == said + "(--stop-timeout): SIGKILL\n"
+        eventually(lambda: _alive(marker, proc.pid) == [])
 
 
 def test_the_command_has_the_terminal_in_the_foreground(tmp_path: Path) -> None:

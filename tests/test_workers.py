@@ -20,12 +20,13 @@ from helpers import (
     TOKEN_A,
     Output,
     accounts_document,
+    children,
     eventually,
     free_port,
     started,
     write_json,
 )
-from test_hostile import children, deploy_command, get, wait_until_answered
+from test_hostile import deploy_command, get, wait_until_answered
 from test_server import catches
 
 BIN = Path(sys.executable).parent
