@@ -726,7 +726,7 @@ class Service:
             if _from_a_web_page(environ):  # whatever it asks: this server has no CORS
                 raise Forbidden(FROM_A_PAGE, why="from a web page")
             method, path = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", "")
-            handler, name = match(method, path, self.source.writable)
+            handler, name = match(method, path, self.source.writable)  # --writable
             if handler is health:  # the one route without a token
                 answer = health(self.source.status())
             else:

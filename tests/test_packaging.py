@@ -6,6 +6,7 @@ Each case runs in a fresh interpreter, next to a module of the user's own called
 
 import ast
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -278,3 +279,23 @@ def test_every_skip_says_how_to_run_its_test() -> None:
             if isinstance(n, (ast.Name, ast.Constant))
         )
         assert any(how in text for how in ("install", "run it", "as root")), (where, text)
+
+
+def test_the_request_trace_in_docs_names_each_definition_where_it_is() -> None:
+    """docs/development.md's "One request, end to end": each `name` file:line (and `name` line,
+    in that hop's file) is that definition's line, so the trace a maintainer reads first is the
+    code as it is."""
+    text = (ROOT / "docs" / "development.md").read_text()
+    trace = text[text.index("## One request, end to end") :]
+    modules = {name: (ROOT / name).read_text().splitlines() for name in ("app.py", "store.py")}
+    wrong, checked = [], 0
+    for hop in re.split(r"\n(?=\d+(?:-\d+)?\. )", trace):
+        here = re.findall(r"\b(app\.py|store\.py):\d+", hop) + [""]  # the hop's file
+        for name, module, line in re.findall(r"`([\w.]+)` (?:(app\.py|store\.py):)?(\d+)\b", hop):
+            module = module or ("store.py" if name.startswith("store.") else here[0])
+            last = name.rsplit(".", 1)[-1]
+            source = modules[module][int(line) - 1] if module else ""
+            checked += 1
+            if not re.match(r"\s*(?:def|class) %s\b|\s*%s\b.*=" % (last, last), source):
+                wrong.append("%s %s:%s is %r" % (name, module, line, source.strip()))
+    assert checked > 20 and wrong == [], "\n".join(wrong)
