@@ -853,6 +853,42 @@ def _locked(
         time.sleep(0.001)  # a lock another process lets go of is taken within a millisecond
 
 
+class _Turns:
+    """This process's writes to one file, one at a time: a write waits for its turn until its
+    deadline; once the write at work has waited LOCK_STUCK for a flock that another process keeps
+    and writes nothing with (``stuck``: _locked says so), the writes that wait are Busy at once
+    until it is had, so that they never hold the threads a read needs."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()  # guards taken and stuck
+        self.taken = False  # a write is at work, from its flock to its rename
+        self.stuck = False  # the last write at work waits, or waited, for a stuck flock
+
+    @contextlib.contextmanager
+    def take(self, path: str, deadline: float) -> Iterator[None]:
+        """Wait for this write's turn (Busy at once if the write at work is stuck; Busy at
+        ``deadline``), and hold it."""
+        with self._changed:
+            while self.taken:
+                if self.stuck:
+                    raise _busy(path, "another process holds the lock")
+                if not self._changed.wait(deadline - time.monotonic()):
+                    raise _busy(path, "the writes before this one took over %g s" % LOCK_TIMEOUT)
+            self.taken = True
+        try:
+            yield
+        finally:
+            with self._changed:
+                self.taken = False
+                self._changed.notify()
+
+    def note(self, stuck: bool) -> None:
+        """_locked's ``stuck``: the write at work waits for a stuck flock, or has it now."""
+        with self._changed:
+            self.stuck = stuck
+            self._changed.notify_all()
+
+
 def _busy(path: str, why: str) -> Busy:
     return Busy(["%s: %s; nothing was written" % (path, why)])
 
@@ -1278,9 +1314,9 @@ class DataFile:
     another process's write.
 
     The locks, in the order they are taken: the ``flock`` on the data file (every process's, see
-    _locked), then ``_Served.lock`` (the version in service).  ``_turn`` (this process's writes
-    one at a time, see update) is held only for a moment, never while another lock is awaited: a
-    write holds its turn as ``_writing``, not the lock."""
+    _locked), then ``_Served.lock`` (the version in service).  A write takes its turn (``_turns``:
+    this process's writes one at a time) before the flock; the turn's own lock is held only for a
+    moment, never while another lock is awaited."""
 
     def __init__(
         self,
@@ -1300,10 +1336,9 @@ class DataFile:
         self.max_size = max_size
         self.writable = writable
         self._served = _Served(path, token, fallback, max_size)
-        self._turn = threading.Condition()  # guards _writing and _contended (see update)
-        self._writing = False  # a write of this process is at work, from the flock to the rename
-        self._contended = False  # another process keeps the flock (see _stuck)
+        self._turns = _Turns()
         self._closed = False
+        self._starting = threading.Lock()  # guards _forked, for a moment only
         self._forked = False  # set in a forked child (after_fork) until its first call
         self._wake_receive: Optional[socket.socket] = None
         self._wake_send: Optional[socket.socket] = None
@@ -1369,34 +1404,14 @@ class DataFile:
         flock, every other write is Busy at once until the flock is had, so that waiting writes
         never hold the threads a read needs."""
         deadline = time.monotonic() + LOCK_TIMEOUT
-        with self._turn:
-            while self._writing:
-                if self._contended:
-                    raise _busy(self.path, "another process holds the lock")
-                if not self._turn.wait(deadline - time.monotonic()):
-                    raise _busy(
-                        self.path, "the writes before this one took over %g s" % LOCK_TIMEOUT
-                    )
-            self._writing = True
-        try:
+        with self._turns.take(self.path, deadline):
             for _ in range(WRITE_ATTEMPTS):
-                with _locked(self.path, deadline, self._stuck) as held:
+                with _locked(self.path, deadline, self._turns.note) as held:
                     did = self._write_held(held, digest, edit)
                     if did is not None:
                         return did
-            saved = "saved by another hand %d times while a write was made" % WRITE_ATTEMPTS
-            raise FileChanging(["%s: %s; nothing was written" % (self.path, saved)])
-        finally:
-            with self._turn:
-                self._writing = False
-                self._turn.notify()
-
-    def _stuck(self, stuck: bool) -> None:
-        """Note whether the write at work waits for a flock another process keeps (see _locked):
-        until the flock is had, the writes that wait for their turn are Busy at once."""
-        with self._turn:
-            self._contended = stuck
-            self._turn.notify_all()
+        saved = "saved by another hand %d times while a write was made" % WRITE_ATTEMPTS
+        raise FileChanging(["%s: %s; nothing was written" % (self.path, saved)])
 
     def _write_held(self, held: _Held, digest: bytes, edit: Edit) -> Optional[str]:
         """Make ``edit`` on the bytes of the file ``held`` (the store in service if it holds them,
@@ -1494,7 +1509,7 @@ class DataFile:
     def _start_in_child(self) -> None:
         """The first call in a forked child: start its reloader, woken to look now (a look, not a
         reload: an unchanged file is not parsed again); the call waits for no load."""
-        with self._turn:  # held for a moment only
+        with self._starting:
             if self._forked:
                 self._forked = False
                 self._start()
@@ -1539,16 +1554,15 @@ def after_fork() -> None:
     The child keeps ``_Served._version``: a finished value, replaced whole under the lock, never
     changed in place, so it is the version in service or the one before, never half of one (a
     load under way in the parent holds its store in its own thread's locals).  It drops what
-    only the parent's threads, which are not in the child, could end: _Served's lock and
-    ``_turn`` (either may be held), ``_writing`` and ``_contended`` (a write under way), and the
-    reloader's socket pair (the parent's).  Its first call starts its own reloader (no thread
-    starts inside a fork hook: a fork to exec needs none).  The reloader computes no
-    ``cached_property`` (whose lock, before Python 3.12, a fork could leave held)."""
+    only the parent's threads, which are not in the child, could end: _Served's lock, the writes'
+    turns (a write under way), the lock of ``_forked``, and the reloader's socket pair (the
+    parent's).  Its first call starts its own reloader (no thread starts inside a fork hook: a
+    fork to exec needs none).  The reloader computes no ``cached_property`` (whose lock, before
+    Python 3.12, a fork could leave held)."""
     for data in list(_open_files):
         if not data._closed:
             data._served.lock = threading.Lock()
-            data._turn = threading.Condition()
-            data._writing = data._contended = False
+            data._turns, data._starting = _Turns(), threading.Lock()
             data._pair()  # a wake in the child, even before its first call, is its own
             data._forked = True
 

@@ -561,8 +561,8 @@ MUTANTS: List[Mutant] = [
     M(
         "safety",
         "store.py",
-        "                if not self._turn.wait(deadline - time.monotonic()):",
-        "        if not self._writing.acquire():",
+        "                if not self._changed.wait(deadline - time.monotonic()):",
+        "                if not self._changed.wait():",
         SAFETY,
     ),
     M("safety", "store.py", "LOCK_TIMEOUT = 1.0", "LOCK_TIMEOUT = 10.0", SAFETY),
@@ -614,7 +614,7 @@ MUTANTS: List[Mutant] = [
     M(
         "writer",
         "store.py",
-        "                if self._contended:\n",
+        "                if self.stuck:\n",
         "                if False:\n",
         WRITER,
     ),
@@ -1069,8 +1069,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writer",
         "store.py",
-        "            self._contended = stuck\n",
-        "            self._contended = False\n",
+        "            self.stuck = stuck\n",
+        "            self.stuck = False\n",
         WRITER,
     ),
     M(

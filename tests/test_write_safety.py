@@ -372,7 +372,7 @@ def test_a_write_waits_for_this_processes_other_writes_no_longer_than_for_anothe
 ) -> None:
     data = service.open_data(str(path), None, interval=3600, writable=True)
     app = service.create_app(data, access_log=False)
-    data._writing = True  # another thread's write, stuck
+    data._turns.taken = True  # another thread's write, stuck
     response = send(app, "POST", "/v2/queues", {"queueName": "x", "parallelism": 1})
     assert (response.status, response.headers["Retry-After"]) == (503, "1")
 

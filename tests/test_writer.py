@@ -183,7 +183,7 @@ def test_a_symlink_re_pointed_while_a_write_waits_for_the_lock_writes_the_new_ta
             daemon=True,
         )
         writer.start()
-        eventually(lambda: data._contended)  # it waits for the lock on a.json
+        eventually(lambda: data._turns.stuck)  # it waits for the lock on a.json
         (tmp_path / "new-link").symlink_to("b.json")
         os.replace(tmp_path / "new-link", link)
     finally:
@@ -464,7 +464,7 @@ def test_while_another_process_holds_the_lock_waiting_writes_leave_threads_for_r
         try:
             first = threading.Thread(target=write, args=(0,), daemon=True)
             first.start()
-            eventually(lambda: data._contended)
+            eventually(lambda: data._turns.stuck)
             others = [threading.Thread(target=write, args=(i,), daemon=True) for i in range(1, 16)]
             for thread in others:
                 thread.start()
