@@ -10,7 +10,7 @@ import signal
 import socket
 import sys
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 from helpers import (
@@ -379,15 +379,14 @@ def test_signals_of_each_server_during_the_first_load(
     assert "Traceback" not in log.text()
 
 
-@needs_uwsgi
-def test_the_throughput_recipe_finishes_the_answers_in_flight_on_sigterm(tmp_path: Path) -> None:
-    """docs/deploying.md's uWSGI line, SIGTERM while a client is in the middle of a 10 MB answer,
-    more than the sockets' buffers hold: it gets all of it, and uWSGI exits 0.  (With
-    --die-on-term alone, uWSGI kills its workers a second later, cutting the answer short.)
-    The test sets the pace: the client reads a kilobyte at a time until uWSGI has begun its stop
-    (the answer stays in flight, the buffers full), then the rest as fast as it can, so what is
-    shown is that the stop finishes the answer, not how fast this machine reads 10 MB against the
-    recipe's 10 s mercy."""
+#: What uWSGI 2.0 logs where the stop's SIGHUP reaches the very thread that waits to write an
+#: answer: it ends that answer there (docs/deploying.md says so).
+UWSGI_INTERRUPTED = "uwsgi_simple_wait_write_hook()/poll(): Interrupted system call"
+
+
+def _stopped_while_answering(tmp_path: Path) -> Tuple[bytes, bytes, str, int]:
+    """The recipe, stopped with SIGTERM while a client is in the middle of a 10 MB answer (see
+    the test below): what the client got, the whole answer, uWSGI's log and its exit status."""
     data = write_json(tmp_path / "data.json", big_document(120000))
     port = free_port()
     env = {"QSTASH_LISTS_DATA": str(data), "PYTHONPATH": str(ROOT)}
@@ -420,14 +419,30 @@ def test_the_throughput_recipe_finishes_the_answers_in_flight_on_sigterm(tmp_pat
                 if not chunk:
                     break
                 received += chunk
-        assert master.wait(timeout=30) == 0
-    head, _, body = bytes(received).partition(b"\r\n\r\n")
-    assert (
-        head.startswith(b"HTTP/1.1 200 ")
-        and len(body) == len(expected) > 10000000
-        and body == expected
-    )
-    assert "Traceback" not in log.text()
+        status = master.wait(timeout=30)
+    return bytes(received), expected, log.text(), status
+
+
+@needs_uwsgi
+def test_the_throughput_recipe_finishes_the_answers_in_flight_on_sigterm(tmp_path: Path) -> None:
+    """docs/deploying.md's uWSGI line, SIGTERM while a client is in the middle of a 10 MB answer,
+    more than the sockets' buffers hold: it gets all of it, and uWSGI exits 0.  (With
+    --die-on-term alone, uWSGI kills its workers a second later, cutting the answer short.)
+    The test sets the pace: the client reads a kilobyte at a time until uWSGI has begun its stop
+    (the answer stays in flight, the buffers full), then the rest as fast as it can, so what is
+    shown is that the stop finishes the answer, not how fast this machine reads 10 MB against the
+    recipe's 10 s mercy.  Where the stop's signal reaches the thread that waits to write (1 run
+    in 7 here), uWSGI itself ends the answer and says so (UWSGI_INTERRUPTED; documented): that
+    run is made again, up to four runs; any other cut fails at once."""
+    for attempt in range(1, 5):
+        (tmp_path / str(attempt)).mkdir()
+        received, expected, log, status = _stopped_while_answering(tmp_path / str(attempt))
+        head, _, body = received.partition(b"\r\n\r\n")
+        assert status == 0 and "Traceback" not in log, log
+        assert head.startswith(b"HTTP/1.1 200 ") and len(expected) > 10000000
+        if body == expected or UWSGI_INTERRUPTED not in log:
+            break
+    assert (len(body), body == expected) == (len(expected), True), log
 
 
 @needs_uwsgi
