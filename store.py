@@ -866,8 +866,9 @@ class _Turns:
 
     @contextlib.contextmanager
     def take(self, path: str, deadline: float) -> Iterator[None]:
-        """Wait for this write's turn (Busy at once if the write at work is stuck; Busy at
-        ``deadline``), and hold it."""
+        """Wait for this write's turn, and hold it: Busy at ``deadline``, and Busy at once while
+        ``stuck``, which outlives the write that set it (one that ended Busy) until a write has
+        the flock again: the next write to take a turn waits for it first."""
         with self._changed:
             while self.taken:
                 if self.stuck:
