@@ -210,7 +210,9 @@ def started(
     try:
         yield proc
     finally:
-        family = descendants(proc.pid)  # those in groups of their own too (--run's command)
+        # Its group (whose id no new process takes while a member lives), and while it lives (its
+        # pid its own), what it started, in groups of their own too (--run's command).
+        family = descendants(proc.pid) if proc.poll() is None else []
         for pid, group in [(proc.pid, True)] + [(pid, False) for pid in family]:
             try:
                 (os.killpg if group else os.kill)(pid, signal.SIGKILL)
