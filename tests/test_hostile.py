@@ -242,12 +242,15 @@ def test_gunicorn_keeps_serving_when_a_worker_restarts_while_the_file_is_bad(
         log = Output(master.stderr)
         wait_until_answered(port)
         workers = eventually(lambda: len(children(master.pid)) == 2 and children(master.pid))
-        data.write_text('{"accounts": [')  # an edit half done
+        # An edit half done, renamed over the file (written in place, a worker could judge the
+        # file empty first, and say so twice).
+        data.with_suffix(".new").write_text('{"accounts": [')
+        os.replace(data.with_suffix(".new"), data)
         kept, unserved = (
             "%s: keeping the last good version" % data,
             "%s: serving 503 until it is valid" % data,
         )
-        eventually(lambda: log.count(kept) + log.count(unserved) == 2)  # both workers judged it
+        eventually(lambda: log.count(kept) + log.count(unserved) == 2, 30)  # both judged it
         refused = log.count(unserved)
         os.kill(workers[0], signal.SIGKILL)
         eventually(lambda: len(set(children(master.pid)) - set(workers)) == 1, timeout=30)
