@@ -432,7 +432,7 @@ def test_the_throughput_recipe_finishes_the_answers_in_flight_on_sigterm(tmp_pat
     (the answer stays in flight, the buffers full), then the rest as fast as it can, so what is
     shown is that the stop finishes the answer, not how fast this machine reads 10 MB against the
     recipe's 10 s mercy.  Where the stop's signal reaches the thread that waits to write (1 run
-    in 7 here), uWSGI itself ends the answer and says so (UWSGI_INTERRUPTED; documented): that
+    in 7 to 14 here), uWSGI itself ends the answer and says so (UWSGI_INTERRUPTED; documented): that
     run is made again, up to four runs; any other cut fails at once."""
     for attempt in range(1, 5):
         (tmp_path / str(attempt)).mkdir()
