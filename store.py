@@ -1399,11 +1399,8 @@ class DataFile:
     def update(self, digest: bytes, edit: Edit) -> str:
         """Make ``edit`` to the account ``digest`` in the latest version, write the file, serve it
         and say what it did; or NoSuchAccount, NoSuchItem, TooLarge, Unloadable (a file that does
-        not load: kept), Busy (the lock not had in time), DataError (unwritable).
-
-        One write of this process at a time; once one has waited LOCK_STUCK for another process's
-        flock, every other write is Busy at once until the flock is had, so that waiting writes
-        never hold the threads a read needs."""
+        not load: kept), Busy (the lock not had in time, or its turn: see _Turns), DataError
+        (unwritable)."""
         deadline = time.monotonic() + LOCK_TIMEOUT
         with self._turns.take(self.path, deadline):
             for _ in range(WRITE_ATTEMPTS):
