@@ -57,9 +57,9 @@ READ_ATTEMPTS = 4  # reads of a file that changes while it is read, in one look,
 RACY_SECONDS = 2.0
 #: How long a write waits for another's (then 503): a worker thread is held no longer.
 LOCK_TIMEOUT = 1.0
-#: How long another process may hold the lock, writing nothing, before it is taken as stuck: then
-#: the writes that wait behind this process's write at work are refused at once (503), leaving
-#: threads for reads (a write holds it for milliseconds).
+#: How long a write may have its turn before the writes that wait behind it are refused at once
+#: (503), leaving threads for reads: a write takes milliseconds; one that takes this long waits for
+#: a flock another process keeps.
 LOCK_STUCK = 0.5
 #: Versions saved by hand while one write works that it redoes its change on, before a 409.
 WRITE_ATTEMPTS = 3
@@ -804,26 +804,23 @@ class _Held(NamedTuple):
     target: str  # the path's target (its symlink resolved) when the lock was taken
     stat: os.stat_result  # the file then: the new version gets its mode and owner
 
-    def names(self, path: str, signature: Signature) -> bool:
-        """Whether ``path`` still leads to this very file, as the version ``signature``: neither
-        re-pointed nor replaced (its inode is held open, so none other takes its number), nor
-        written into as far as stat can tell (see DataFile._write_held for what it cannot)."""
-        return os.path.realpath(path) == self.target and _stat(path) == signature
+    def leads_to(self, path: str) -> bool:
+        """Whether ``path`` still leads to this very file: neither re-pointed nor replaced (its
+        inode is held open, so none other takes its number)."""
+        try:
+            on_disk = os.stat(path)
+        except OSError:
+            return False
+        return os.path.realpath(path) == self.target and _same_file(on_disk, self.stat)
 
 
 @contextlib.contextmanager
-def _locked(
-    path: str, deadline: float, stuck: Callable[[bool], None] = lambda _: None
-) -> Iterator[_Held]:
-    """Take every writer's lock (``flock``) on the file ``path`` leads to, until ``deadline`` at
-    the most (then Busy); ``stuck(True)`` once another process has held it for LOCK_STUCK and
-    written nothing meanwhile (one at work renames a version every few milliseconds),
-    ``stuck(False)`` once it is had.  A file replaced or re-pointed while the lock was awaited:
-    the lock on the new one, tried as a held lock is (no flock waits with a timeout: it is tried
-    each millisecond)."""
+def _locked(path: str, deadline: float) -> Iterator[_Held]:
+    """Take every writer's lock (``flock``) on the file ``path`` leads to, by ``deadline`` at the
+    most (then Busy).  A file replaced or re-pointed while the lock was awaited: the lock on the
+    new one (no flock waits with a timeout: it is tried each millisecond)."""
     import fcntl  # POSIX only: writes need it, reads do not
 
-    seen, began = _stat(path), time.monotonic()
     while True:
         with contextlib.ExitStack() as opened:  # each closed on every way out: the lock let go
             target = os.path.realpath(path)
@@ -832,20 +829,13 @@ def _locked(
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                on_disk = _stat(path)
-                if on_disk != seen:  # another process's write made: at work, not stuck
-                    seen, began = on_disk, time.monotonic()
-                elif time.monotonic() - began > LOCK_STUCK:
-                    stuck(True)
+                pass
             else:
-                stuck(False)
                 # Read through a description of its own, which may be held open after the lock is
                 # let go (see _Served._keep_open): a copy of this one would keep the lock.
                 held = _Held(_open(target), target, os.fstat(fd))
                 opened.callback(os.close, held.fd)
-                if _same_file(os.fstat(held.fd), held.stat) and held.names(
-                    path, _signature(held.stat)
-                ):
+                if _same_file(os.fstat(held.fd), held.stat) and held.leads_to(path):
                     yield held
                     return
         if time.monotonic() > deadline:
@@ -854,40 +844,40 @@ def _locked(
 
 
 class _Turns:
-    """This process's writes to one file, one at a time: a write waits for its turn until its
-    deadline; once the write at work has waited LOCK_STUCK for a flock that another process keeps
-    and writes nothing with (``stuck``: _locked says so), the writes that wait are Busy at once
-    until it is had, so that they never hold the threads a read needs."""
+    """This process's writes to one file, one at a time.  A write waits for its turn until its
+    deadline, but not behind a write at work that has had its turn for LOCK_STUCK (a write takes
+    milliseconds: that one waits for a flock another process keeps), nor after a write that ended
+    Busy until one has the flock again: those are Busy at once, so that the writes that wait never
+    hold the threads a read needs."""
 
     def __init__(self) -> None:
-        self._changed = threading.Condition()  # guards taken and stuck
-        self.taken = False  # a write is at work, from its flock to its rename
-        self.stuck = False  # the last write at work waits, or waited, for a stuck flock
+        self._changed = threading.Condition()  # guards since and stuck
+        self.since: Optional[float] = None  # when the write at work took its turn; None: none
+        self.stuck = (
+            False  # the last write ended Busy: the next takes its turn, the rest do not wait
+        )
 
     @contextlib.contextmanager
     def take(self, path: str, deadline: float) -> Iterator[None]:
-        """Wait for this write's turn, and hold it: Busy at ``deadline``, and Busy at once while
-        ``stuck``, which outlives the write that set it (one that ended Busy) until a write has
-        the flock again: the next write to take a turn waits for it first."""
+        """Wait for this write's turn and hold it, until ``deadline`` (then Busy)."""
         with self._changed:
-            while self.taken:
-                if self.stuck:
+            while self.since is not None:
+                stuck_at = self.since + LOCK_STUCK
+                if self.stuck or time.monotonic() >= stuck_at:
                     raise _busy(path, "another process holds the lock")
-                if not self._changed.wait(deadline - time.monotonic()):
+                if time.monotonic() >= deadline:
                     raise _busy(path, "the writes before this one took over %g s" % LOCK_TIMEOUT)
-            self.taken = True
+                self._changed.wait(min(deadline, stuck_at) - time.monotonic())
+            self.since, busy = time.monotonic(), False
         try:
             yield
+        except Busy:  # the flock not had in time
+            busy = True
+            raise
         finally:
             with self._changed:
-                self.taken = False
+                self.since, self.stuck = None, busy
                 self._changed.notify()
-
-    def note(self, stuck: bool) -> None:
-        """_locked's ``stuck``: the write at work waits for a stuck flock, or has it now."""
-        with self._changed:
-            self.stuck = stuck
-            self._changed.notify_all()
 
 
 def _busy(path: str, why: str) -> Busy:
@@ -1404,7 +1394,7 @@ class DataFile:
         deadline = time.monotonic() + LOCK_TIMEOUT
         with self._turns.take(self.path, deadline):
             for _ in range(WRITE_ATTEMPTS):
-                with _locked(self.path, deadline, self._turns.note) as held:
+                with _locked(self.path, deadline) as held:
                     did = self._write_held(held, digest, edit)
                     if did is not None:
                         return did
@@ -1457,7 +1447,7 @@ class DataFile:
                 # the timestamps' granularity (a second on ext3, HFS+, exFAT); one in the
                 # microseconds between this read and the rename is overwritten (as git's and
                 # editors' own writes would be).
-                if not held.names(self.path, found.signature):
+                if not held.leads_to(self.path):
                     return None
                 again = _read_open(held.fd, self.path, self.max_size)
                 if again is None or again.raw != found.raw:

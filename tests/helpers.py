@@ -339,6 +339,23 @@ def eventually(check: Any, timeout: float = 10.0) -> Any:
         time.sleep(0.05)
 
 
+def lock_awaited(monkeypatch: Any) -> threading.Event:
+    """An Event set once a writer has tried the flock while another held it (it waits for it)."""
+    import fcntl
+
+    real, awaited = fcntl.flock, threading.Event()
+
+    def flock(fd: int, how: int) -> None:
+        try:
+            real(fd, how)
+        except BlockingIOError:
+            awaited.set()
+            raise
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    return awaited
+
+
 def upsert(
     data: store.DataFile,
     digest: bytes,

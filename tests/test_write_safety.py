@@ -11,6 +11,7 @@ import os
 import stat
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple, cast
 
@@ -368,11 +369,12 @@ def test_a_write_to_a_file_swapped_for_another_goes_nowhere_but_its_own_account(
 
 
 def test_a_write_waits_for_this_processes_other_writes_no_longer_than_for_anothers(
-    path: Path,
+    path: Path, monkeypatch: Any
 ) -> None:
+    monkeypatch.setattr(store, "LOCK_STUCK", 600)  # it waits out its deadline
     data = service.open_data(str(path), None, interval=3600, writable=True)
     app = service.create_app(data, access_log=False)
-    data._turns.taken = True  # another thread's write, stuck
+    data._turns.since = time.monotonic()  # another thread's write, stuck
     response = send(app, "POST", "/v2/queues", {"queueName": "x", "parallelism": 1})
     assert (response.status, response.headers["Retry-After"]) == (503, "1")
 

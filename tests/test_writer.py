@@ -26,6 +26,7 @@ from helpers import (
     bearer,
     eventually,
     free_port,
+    lock_awaited,
     serving,
     started,
     upsert,
@@ -175,6 +176,7 @@ def test_a_symlink_re_pointed_while_a_write_waits_for_the_lock_writes_the_new_ta
     monkeypatch.setattr(store, "LOCK_TIMEOUT", 600)  # it waits for the test, however slow
     a, b, link, data = two_files_and_a_link(tmp_path)
     before_a, answers = a.read_bytes(), cast(List[str], [])
+    awaited = lock_awaited(monkeypatch)
     holder = os.open(str(a), os.O_RDONLY)
     fcntl.flock(holder, fcntl.LOCK_EX)  # another writer, at work on a.json
     try:
@@ -183,7 +185,7 @@ def test_a_symlink_re_pointed_while_a_write_waits_for_the_lock_writes_the_new_ta
             daemon=True,
         )
         writer.start()
-        eventually(lambda: data._turns.stuck)  # it waits for the lock on a.json
+        eventually(awaited.is_set)  # it waits for the lock on a.json
         (tmp_path / "new-link").symlink_to("b.json")
         os.replace(tmp_path / "new-link", link)
     finally:
@@ -450,6 +452,8 @@ def test_while_another_process_holds_the_lock_waiting_writes_leave_threads_for_r
     waits, the rest are 503 with Retry-After at once, and a read of another account is answered
     while the lock is still held; once it is let go, the waiting write is made."""
     monkeypatch.setattr(store, "LOCK_TIMEOUT", 600)  # the writes would wait for the test
+    monkeypatch.setattr(store, "LOCK_STUCK", 0)  # the first write's turn is stuck at once
+    awaited = lock_awaited(monkeypatch)
     data = service.open_data(str(data_path), None, 3600, writable=True)
     with service.serving(service.create_app(data, access_log=False), threads=4) as url:
         local = Server.__new__(Server)
@@ -464,7 +468,7 @@ def test_while_another_process_holds_the_lock_waiting_writes_leave_threads_for_r
         try:
             first = threading.Thread(target=write, args=(0,), daemon=True)
             first.start()
-            eventually(lambda: data._turns.stuck)
+            eventually(awaited.is_set)
             others = [threading.Thread(target=write, args=(i,), daemon=True) for i in range(1, 16)]
             for thread in others:
                 thread.start()
@@ -538,37 +542,64 @@ def test_a_read_never_waits_behind_writes_that_cannot_go(
     data.close()
 
 
-@pytest.mark.parametrize("renames", [True, False], ids=["writing", "stuck"])
-def test_another_process_holding_the_lock_is_stuck_only_when_it_writes_nothing(
-    tmp_path: Path, monkeypatch: Any, renames: bool
+def test_after_a_write_that_could_not_have_the_lock_the_writes_that_wait_are_refused_at_once(
+    data_path: Path, monkeypatch: Any
 ) -> None:
-    """The lock is held for longer than LOCK_STUCK: by a process at work, which renames a version
-    each time it lets go (another process's write, then the lock taken again before this one's
-    try), it is not stuck; by one that writes nothing, it is (then this process's other writes
-    are refused at once).  A clock of its own: each look at it is a tenth of a second later."""
-    path = write_json(tmp_path / "data.json", accounts_document())
-    tries, said = cast(List[int], []), cast(List[bool], [])
+    """Another process keeps the lock: a write waits out its deadline (Busy); the next takes its
+    turn and waits for the lock again, and a write behind it is refused at once, however young
+    that turn (it would otherwise wait for the test); once the lock is had, writes wait for each
+    other again."""
+    monkeypatch.setattr(store, "LOCK_STUCK", 600)  # only the Busy write makes the others refused
+    data = service.open_data(str(data_path), None, 3600, writable=True)
+    answers: List[Any] = []
 
-    class Clock:
-        now = 0.0
+    def write(name: str) -> None:
+        try:
+            answers.append(upsert(data, DIGEST_A, name))
+        except store.Busy:
+            answers.append("busy")
 
-        def monotonic(self) -> float:
-            Clock.now += 0.1
-            return Clock.now
+    holder = os.open(str(data_path), os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # another process's writer, stuck
+    try:
+        monkeypatch.setattr(store, "LOCK_TIMEOUT", 0.05)
+        write("w0")
+        assert answers == ["busy"]
+        monkeypatch.setattr(store, "LOCK_TIMEOUT", 600)  # the next writes would wait for the test
+        awaited = lock_awaited(monkeypatch)
+        threads = [threading.Thread(target=write, args=("w1",), daemon=True)]
+        threads[0].start()
+        eventually(awaited.is_set)  # it has its turn, and waits for the lock
+        threads.append(threading.Thread(target=write, args=("w2",), daemon=True))
+        threads[1].start()
+        eventually(lambda: len(answers) == 2)
+        assert answers == ["busy", "busy"]
+    finally:
+        os.close(holder)  # lets go of the lock
+    for thread in threads:
+        thread.join()
+    assert answers == ["busy", "busy", "queue created"]
+    awaited.clear()
+    waiting = threading.Event()
 
-        def sleep(self, seconds: float) -> None:
-            pass
+    class Turns(threading.Condition):
+        def wait(self, timeout: Optional[float] = None) -> bool:
+            waiting.set()
+            return super().wait(timeout)
 
-    def flock(fd: int, how: int) -> None:
-        tries.append(1)
-        if len(tries) < 20:  # held for 19 tries, about two seconds of this clock
-            if renames:  # another process's version, renamed over the file meanwhile
-                write_json(tmp_path / "new.json", accounts_document())
-                os.replace(tmp_path / "new.json", path)
-            raise BlockingIOError()
-
-    monkeypatch.setattr(store, "time", Clock())
-    monkeypatch.setattr(fcntl, "flock", flock)
-    with store._locked(str(path), 600.0, said.append):
-        pass
-    assert (True in said) is not renames
+    data._turns._changed = Turns()
+    holder = os.open(str(data_path), os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # held again
+    try:
+        threads = [threading.Thread(target=write, args=("w3",), daemon=True)]
+        threads[0].start()
+        eventually(awaited.is_set)
+        threads.append(threading.Thread(target=write, args=("w4",), daemon=True))
+        threads[1].start()
+        eventually(waiting.is_set)  # it waits behind w3's young turn, not refused
+    finally:
+        os.close(holder)
+    for thread in threads:
+        thread.join()
+    assert answers[3:] == ["queue created", "queue created"]
+    data.close()
