@@ -832,7 +832,7 @@ def _locked(path: str, deadline: float) -> Iterator[_Held]:
                 pass
             else:
                 # Read through a description of its own, which may be held open after the lock is
-                # let go (see _Served._keep_open): a copy of this one would keep the lock.
+                # let go (see DataFile._keep_open): a copy of this one would keep the lock.
                 held = _Held(_open(target), target, os.fstat(fd))
                 opened.callback(os.close, held.fd)
                 if _same_file(os.fstat(held.fd), held.stat) and held.leads_to(path):
@@ -896,7 +896,7 @@ class _Temporary:
         self.renamed = False
 
     def rename(self) -> Signature:
-        """Rename it over its target (as the path's version, under _Served.lock); its signature."""
+        """Rename it over its target (the path's version, under DataFile._lock); its signature."""
         os.replace(self.path, self.target)
         self.renamed = True
         return _signature(os.fstat(self.fd))
@@ -1120,7 +1120,7 @@ class Status(NamedTuple):
 
 @dataclass(frozen=True)
 class _Version:
-    """The file as last judged and the version in service: replaced whole, under _Served's lock."""
+    """The file as last judged and the version in service: replaced whole, under DataFile._lock."""
 
     signature: Optional[Signature] = None  # the file last judged (served, or refused); None: unread
     judged_at: float = 0.0  # when (a Unix time, as the file's own times)
@@ -1147,77 +1147,146 @@ class _Version:
         return self.store is not None and raw == self.raw
 
 
-class _Served:
-    """The version in service of one data file: judged, refused and put in service by its owner
-    alone.
+# ---- DataFile: the version in service, its reloader and its writer -------------------------------
+class DataFile:
+    """The last good :class:`Store` of a data file that may change while it is served, and its one
+    writer.
 
-    Its lock (``lock``) guards ``_version``, ``_file`` and ``_problem``: one look or write at a
-    time.
-    A read takes it only to load a version it needs; the writer takes it to judge the file it
-    holds the flock on, and to swap in what it wrote (never while it waits for the flock).
-    ``_file`` is the version judged, held open: its inode cannot come back for a later version
-    while it is held, so a version renamed over it always has another signature; one written
-    into in place within the timestamps' granularity is found by its content (see
-    _Version.unchanged)."""
+    A reloader thread looks at the file every ``interval`` seconds (or when woken) and puts a
+    changed version in service whole; a problem is logged when it starts and ends, and the last
+    good version stays.  ``token``, ``fallback``: see :func:`parse`.  The first load raises
+    DataError if ``required``; else :meth:`current` is None until a good version appears.
+    ``writable``: :meth:`update` writes the file, and :meth:`current` first loads another
+    process's write.
+
+    The version judged is held open (``_file``): its inode cannot come back for a later version
+    while it is held, so a version renamed over it always has another signature; one written into
+    in place within the timestamps' granularity is found by its content (see _Version.unchanged).
+
+    The locks, in the order they are taken: a write's turn (``_turns``: this process's writes one
+    at a time; its own lock is held only for a moment), the ``flock`` on the data file (every
+    process's, see _locked), then ``_lock``: the version in service, which a read takes only to
+    load a version it needs, and a write to judge the file it holds the flock on and to swap in
+    what it wrote."""
 
     def __init__(
-        self, path: str, token: Optional[str], fallback: Optional[str], max_size: int
+        self,
+        path: str,
+        token: Optional[str] = None,
+        interval: float = 1.0,
+        *,
+        fallback: Optional[str] = None,
+        max_size: int = DEFAULT_MAX_SIZE,
+        required: bool = True,
+        writable: bool = False,
     ) -> None:
-        self.path, self.max_size = path, max_size
+        if interval <= 0:
+            raise ValueError("interval must be positive")
+        self.path, self.interval, self.max_size = path, interval, max_size
+        self.writable = writable
         self._token, self._fallback = token, fallback
-        self.lock = threading.Lock()  # guards _version, _file and _problem (see the docstring)
+        self._lock = threading.Lock()  # guards _version, _file and _problem (see the docstring)
         self._version = _Version()
-        self._file = -1
-        self._problem: Optional[str] = (
-            None  # the first line of the problem last logged, until it ends
-        )
-        self.first: Optional[Store] = None  # the first good store (see DataFile.first)
+        self._file = -1  # the version judged, held open
+        self._problem: Optional[str] = None  # the first line of the problem logged, until it ends
+        self.first: Optional[Store] = None  # the first good store, or replace()'s: a reset's
+        self._turns = _Turns()
+        self._closed = False
+        self._starting = threading.Lock()  # guards _forked, for a moment only
+        self._forked = False  # set in a forked child (after_fork) until its first call
+        self._wake_receive: Optional[socket.socket] = None
+        self._wake_send: Optional[socket.socket] = None
+        problem = self._load()
+        if problem is not None:
+            if required:
+                self._keep_open(-1)
+                raise problem
+            self._log_problem(problem)
+        self._start()
+        _open_files.add(self)
 
-    @property
-    def version(self) -> _Version:
-        return self._version
+    # -- Reads -------------------------------------------------------------------------------------
+    def current(self) -> Optional[Store]:
+        """Return the newest good store (None only if there has never been one).  A writable one
+        first loads a version another process wrote, so that a read follows every write answered:
+        every write renames a new file over the path, whose inode differs from the one in service
+        (held open, so no new file takes its number); the path's stat equal to the version's means
+        no write since.  A save in place by hand is the reloader's to find."""
+        if self._forked:
+            self._start_in_child()
+        if self.writable and _stat(self.path) != self._version.signature:
+            self.refresh(renamed=True)
+        return self._version.store
 
-    def reload(self, force: bool = False, renamed: bool = False) -> bool:
-        """Load the file unless stat shows it to be the version judged (``renamed``: a version
-        renamed over it, which always has another signature, is the only change looked for);
-        parse it unless it holds the bytes in service (``force``: whatever it holds); tell whether
-        it was parsed and put in service.  A problem is logged when it starts."""
-        with self.lock:
+    def status(self) -> Status:
+        """Which version is in service, since when, and since when the file on disk is not it."""
+        if self._forked:
+            self._start_in_child()
+        version = self._version
+        status = Status(version.digest, version.loaded_at, version.failed_at)
+        if version.failed_at is None and version.store is not None:
+            if _stat(self.path) != version.signature:  # changed since, and not yet looked at
+                return status._replace(failed_at=time.time())
+        return status
+
+    def refresh(self, force: bool = False, renamed: bool = False) -> bool:
+        """Look now, from this thread: load the file unless stat shows it to be the version judged
+        (``renamed``: a version renamed over it, which always has another signature, is the only
+        change looked for); parse it unless it holds the bytes in service (``force``: whatever it
+        holds); tell whether it was parsed and put in service.  A problem is logged when it
+        starts."""
+        with self._lock:
             on_disk = _stat(self.path)
             if renamed and on_disk == self._version.signature:
                 return False  # a look or a write this one waited for had it
             if not force and self._version.unchanged(on_disk):
                 return False
             before = self._version.store
-            problem = self.load(force)
+            problem = self._load(force)
             if problem is not None:
-                self.log_problem(problem)
+                self._log_problem(problem)
                 return False
             loaded = self._version.store is not before
         if loaded:
             logger.info("%s: reloaded", self.path)
         return loaded
 
-    def load(self, force: bool = False) -> Optional[DataError]:
-        """Read and load the file (see load_version), read again while it changes; return its
-        problem, noted (see set_failed), if any.  Precondition: lock is held, or this is the
-        constructor."""
+    def wake(self, force: bool = True) -> None:
+        """Have the reloader look now (``force``: reloading even an unchanged file); no lock:
+        signal-safe."""
+        with contextlib.suppress(OSError, AttributeError):  # full: a look is due; closed: none is
+            sent = FORCE if force else LOOK
+            cast(socket.socket, self._wake_send).send(sent, getattr(socket, "MSG_NOSIGNAL", 0))
+
+    def close(self) -> None:
+        """Stop the reloader thread, and let go of the file."""
+        self._closed = True
+        self.wake()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        with self._lock:
+            self._keep_open(-1)
+
+    # -- The version in service: judged, refused and put in service here alone, under _lock -------
+    def _load(self, force: bool = False) -> Optional[DataError]:
+        """Read and load the file (see _load_version), read again while it changes; return its
+        problem, noted (see _set_failed), if any."""
         try:
             with _opened(self.path, self.max_size) as (fd, found):
-                self.load_version(fd, found, force)
+                self._load_version(fd, found, force)
             return None
         except DataError as exc:
             problem = exc
         except Exception:  # a bug: the last good version stays, as for a bad file
             logger.exception("%s: cannot build a snapshot", self.path)
             problem = DataError([])
-        self.set_failed(problem.signature, problem)
+        self._set_failed(problem.signature, problem)
         return problem
 
-    def load_version(self, fd: int, found: Read, force: bool = False) -> Store:
+    def _load_version(self, fd: int, found: Read, force: bool = False) -> Store:
         """The store of the version ``found``, read from ``fd``: the one in service if it holds
         the same bytes (unless ``force``), else a new one put in service; a DataError (with its
-        signature) where it does not load.  Precondition: lock is held."""
+        signature) where it does not load."""
         version = self._version
         if not force and version.failed_at is None and version.has_bytes(found.raw):
             self._keep_open(fd)
@@ -1229,12 +1298,12 @@ class _Served:
             store = parse(found.raw, self.path, self._token, self._fallback)
         except DataError as exc:
             raise type(exc)(exc.problems, found.signature) from None
-        self.serve(fd, found.signature, store, found.raw)
+        self._serve(fd, found.signature, store, found.raw)
         return store
 
-    def serve(self, fd: int, signature: Signature, store: Store, raw: bytes) -> None:
+    def _serve(self, fd: int, signature: Signature, store: Store, raw: bytes) -> None:
         """Put ``store`` in service, as the version ``signature`` holding ``raw``, open as
-        ``fd``.  Precondition: lock is held, or this is the constructor."""
+        ``fd``."""
         self._keep_open(fd)
         now = time.time()
         self._version = _Version(signature, now, store, raw, loaded_at=now)
@@ -1244,10 +1313,9 @@ class _Served:
             logger.warning("%s: good again", self.path)  # a problem's end: shown with --quiet too
             self._problem = None
 
-    def set_failed(self, signature: Optional[Signature], problem: DataError) -> None:
+    def _set_failed(self, signature: Optional[Signature], problem: DataError) -> None:
         """Note that the version ``signature`` was judged and refused (None: it is read again at
-        the next look): the last good version stays.  Precondition: lock is held, or this is
-        the constructor."""
+        the next look): the last good version stays."""
         self._keep_open(-1)
         now = time.time()
         since = self._version.failed_at or now
@@ -1255,9 +1323,8 @@ class _Served:
             self._version, signature=signature, judged_at=now, failed_at=since
         )
 
-    def log_problem(self, problem: DataError) -> None:
-        """Log a problem when it starts (not at every look while it lasts).  Precondition: lock is
-        held, or this is the constructor."""
+    def _log_problem(self, problem: DataError) -> None:
+        """Log a problem when it starts (not at every look while it lasts)."""
         first = problem.problems[0] if problem.problems else type(problem).__name__
         if first == self._problem:
             return
@@ -1278,114 +1345,7 @@ class _Served:
             os.close(self._file)
         self._file = os.dup(fd) if fd >= 0 else -1
 
-    def status(self) -> Status:
-        """Which version is in service, since when, and since when the file on disk is not it."""
-        version = self._version
-        status = Status(version.digest, version.loaded_at, version.failed_at)
-        if version.failed_at is None and version.store is not None:
-            if _stat(self.path) != version.signature:  # changed since, and not yet looked at
-                return status._replace(failed_at=time.time())
-        return status
-
-    def close(self) -> None:
-        with self.lock:
-            self._keep_open(-1)
-
-
-# ---- DataFile: the version in service, its reloader and its writer -------------------------------
-class DataFile:
-    """The last good :class:`Store` of a data file that may change while it is served, and its one
-    writer.
-
-    A reloader thread looks at the file every ``interval`` seconds (or when woken) and puts a
-    changed version in service whole (see _Served); a problem is logged when it starts and ends,
-    and the last good version stays.  ``token``, ``fallback``: see :func:`parse`.  The first
-    load raises DataError if ``required``; else :meth:`current` is None until a good version
-    appears.  ``writable``: :meth:`update` writes the file, and :meth:`current` first loads
-    another process's write.
-
-    The locks, in the order they are taken: the ``flock`` on the data file (every process's, see
-    _locked), then ``_Served.lock`` (the version in service).  A write takes its turn (``_turns``:
-    this process's writes one at a time) before the flock; the turn's own lock is held only for a
-    moment, never while another lock is awaited."""
-
-    def __init__(
-        self,
-        path: str,
-        token: Optional[str] = None,
-        interval: float = 1.0,
-        *,
-        fallback: Optional[str] = None,
-        max_size: int = DEFAULT_MAX_SIZE,
-        required: bool = True,
-        writable: bool = False,
-    ) -> None:
-        if interval <= 0:
-            raise ValueError("interval must be positive")
-        self.path = path
-        self.interval = interval
-        self.max_size = max_size
-        self.writable = writable
-        self._served = _Served(path, token, fallback, max_size)
-        self._turns = _Turns()
-        self._closed = False
-        self._starting = threading.Lock()  # guards _forked, for a moment only
-        self._forked = False  # set in a forked child (after_fork) until its first call
-        self._wake_receive: Optional[socket.socket] = None
-        self._wake_send: Optional[socket.socket] = None
-        problem = self._served.load()
-        if problem is not None:
-            if required:
-                self._served.close()
-                raise problem
-            self._served.log_problem(problem)
-        self._start()
-        _open_files.add(self)
-
-    # -- Reads -------------------------------------------------------------------------------------
-    def current(self) -> Optional[Store]:
-        """Return the newest good store (None only if there has never been one).  A writable one
-        first loads a version another process wrote, so that a read follows every write answered:
-        every write renames a new file over the path, whose inode differs from the one in service
-        (held open, see _Served, so no new file takes its number); the path's stat equal to the
-        version's means no write since.  A save in place by hand is the reloader's to find."""
-        if self._forked:
-            self._start_in_child()
-        if self.writable and _stat(self.path) != self._served.version.signature:
-            self._served.reload(renamed=True)
-        return self._served.version.store
-
-    def status(self) -> Status:
-        """Which version is in service, since when, and since when the file on disk is not it."""
-        if self._forked:
-            self._start_in_child()
-        return self._served.status()
-
-    def refresh(self, force: bool = False) -> bool:
-        """Look now, from this thread (see _Served.reload): tell whether a version was loaded."""
-        return self._served.reload(force)
-
-    def wake(self, force: bool = True) -> None:
-        """Have the reloader look now (``force``: reloading even an unchanged file); no lock:
-        signal-safe."""
-        with contextlib.suppress(OSError, AttributeError):  # full: a look is due; closed: none is
-            sent = FORCE if force else LOOK
-            cast(socket.socket, self._wake_send).send(sent, getattr(socket, "MSG_NOSIGNAL", 0))
-
-    def close(self) -> None:
-        """Stop the reloader thread, and let go of the file."""
-        self._closed = True
-        self.wake()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
-        self._served.close()
-
     # -- Writes ------------------------------------------------------------------------------------
-    @property
-    def first(self) -> Optional[Store]:
-        """The first good store this DataFile served (or was given by replace): a reset's."""
-        return self._served.first
-
     def update(self, digest: bytes, edit: Edit) -> str:
         """Make ``edit`` to the account ``digest`` in the latest version, write the file, serve it
         and say what it did; or NoSuchAccount, NoSuchItem, TooLarge, Unloadable (a file that does
@@ -1412,13 +1372,12 @@ class DataFile:
         found = _read_open(held.fd, self.path, self.max_size)
         if found is None:  # written into meanwhile, by hand
             return None
-        served = self._served
-        with served.lock:
+        with self._lock:
             try:
-                store = served.load_version(held.fd, found)
+                store = self._load_version(held.fd, found)
             except DataError as exc:
-                served.set_failed(exc.signature, exc)
-                served.log_problem(exc)
+                self._set_failed(exc.signature, exc)
+                self._log_problem(exc)
                 raise Unloadable(
                     ["%s: does not load (the problem is logged); nothing was written" % self.path]
                 ) from None
@@ -1442,7 +1401,7 @@ class DataFile:
         if len(data) > self.max_size:
             raise _too_large(self.path, len(data), self.max_size)
         with _new_version(held.target, data, held.stat, self.path) as new:
-            with served.lock:  # a read waits for the rename only
+            with self._lock:  # a read waits for the rename only
                 # Still that file, its bytes read again: stat cannot tell a save in place within
                 # the timestamps' granularity (a second on ext3, HFS+, exFAT); one in the
                 # microseconds between this read and the rename is overwritten (as git's and
@@ -1453,7 +1412,7 @@ class DataFile:
                 if again is None or again.raw != found.raw:
                     return None
                 signature = new.rename()
-                served.serve(new.fd, signature, fresh, data)
+                self._serve(new.fd, signature, fresh, data)
         return did
 
     def replace(self, raw: bytes) -> Store:
@@ -1461,15 +1420,15 @@ class DataFile:
         every writer's lock, whatever the file holds now (one that does not load too: a test
         double's put-back), serve it, and make it what a reset puts back (first); return its
         store."""
-        fresh = parse(raw, self.path, self._served._token, self._served._fallback)
+        fresh = parse(raw, self.path, self._token, self._fallback)
         if len(fresh.lines) > self.max_size:
             raise _too_large(self.path, len(fresh.lines), self.max_size)
         with _locked(self.path, time.monotonic() + LOCK_TIMEOUT) as held:
             with _new_version(held.target, fresh.lines, held.stat, self.path) as new:
-                with self._served.lock:
+                with self._lock:
                     signature = new.rename()
-                    self._served.serve(new.fd, signature, fresh, fresh.lines)
-                    self._served.first = fresh
+                    self._serve(new.fd, signature, fresh, fresh.lines)
+                    self.first = fresh
         return fresh
 
     # -- The reloader thread and forks -------------------------------------------------------------
@@ -1539,17 +1498,17 @@ def after_fork() -> None:
     """In a forked child (Python's fork runs this; uWSGI's post-fork hook too, once or more),
     start every open DataFile afresh from the parent's last good version.
 
-    The child keeps ``_Served._version``: a finished value, replaced whole under the lock, never
+    The child keeps ``DataFile._version``: a finished value, replaced whole under the lock, never
     changed in place, so it is the version in service or the one before, never half of one (a
     load under way in the parent holds its store in its own thread's locals).  It drops what
-    only the parent's threads, which are not in the child, could end: _Served's lock, the writes'
+    only the parent's threads, which are not in the child, could end: its ``_lock``, the writes'
     turns (a write under way), the lock of ``_forked``, and the reloader's socket pair (the
     parent's).  Its first call starts its own reloader (no thread starts inside a fork hook: a
     fork to exec needs none).  The reloader computes no ``cached_property`` (whose lock, before
     Python 3.12, a fork could leave held)."""
     for data in list(_open_files):
         if not data._closed:
-            data._served.lock = threading.Lock()
+            data._lock = threading.Lock()
             data._turns, data._starting = _Turns(), threading.Lock()
             data._pair()  # a wake in the child, even before its first call, is its own
             data._forked = True

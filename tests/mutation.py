@@ -202,8 +202,8 @@ MUTANTS: List[Mutant] = [
     M(
         "reload",
         "store.py",
-        "self.set_failed(problem.signature, problem)",
-        "self.set_failed(_stat(self.path), problem)",
+        "self._set_failed(problem.signature, problem)",
+        "self._set_failed(_stat(self.path), problem)",
     ),
     M("reload", "store.py", "os.register_at_fork(after_in_child=after_fork)", "pass"),
     M("reload", "store.py", "        del data  # wait without holding it\n", ""),
@@ -415,8 +415,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "                store = served.load_version(held.fd, found)\n",
-        "                store = cast(Store, served.version.store)\n",
+        "                store = self._load_version(held.fd, found)\n",
+        "                store = cast(Store, self._version.store)\n",
         WRITES,
     ),
     M(
@@ -466,7 +466,7 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "if self.writable and _stat(self.path) != self._served.version.signature:",
+        "if self.writable and _stat(self.path) != self._version.signature:",
         "if False:",
         WRITES,
     ),
@@ -487,8 +487,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "served.serve(new.fd, signature, fresh, data)",
-        "served.serve(new.fd, found.signature, fresh, data)",
+        "self._serve(new.fd, signature, fresh, data)",
+        "self._serve(new.fd, found.signature, fresh, data)",
         WRITES,
     ),
     M(

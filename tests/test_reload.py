@@ -133,7 +133,7 @@ def test_a_version_that_repeats_the_signature_judged_is_told_apart_by_its_conten
     RACY_SECONDS after it was written is read again, and told apart by its bytes (git's racy-clean
     rule); past that, stat alone may say unchanged, and a forced look (SIGHUP) reads it anyway."""
     data = service.open_data(str(path), None, interval=3600)
-    monkeypatch.setattr(store, "_stat", lambda path: data._served.version.signature)
+    monkeypatch.setattr(store, "_stat", lambda path: data._version.signature)
     write_json(path, version(8, 1))
     assert data.refresh() is True and served(data) == "v8-0"
     assert data.refresh() is False  # read again, the same bytes

@@ -315,7 +315,7 @@ def test_a_read_that_waits_behind_a_swap_serves_a_write_answered_after_the_renam
     served: List[Optional[store.Store]] = []
     swapped: List[bool] = []
     waiting = threading.Event()
-    monkeypatch.setattr(a._served, "lock", NotingLock(a._served.lock, reader, waiting))
+    monkeypatch.setattr(a, "_lock", NotingLock(a._lock, reader, waiting))
     real_replace = os.replace
 
     def replace(source: Any, target: Any) -> None:

@@ -143,13 +143,13 @@ FIRST_LOOK_SCRIPT = """
 import os, sys, time
 import store
 data = store.DataFile(sys.argv[1], interval=3600)
-before = data._served.version
+before = data._version
 if os.fork():
     sys.exit(os.waitstatus_to_exitcode(os.wait()[1]))
 data.current()  # the child's first call: its reloader looks now
-while data._served.version is before:  # until it has looked (the file is new: racy, read)
+while data._version is before:  # until it has looked (the file is new: racy, read)
     time.sleep(0.01)
-print("parsed again" if data._served.version.store is not before.store else "kept", flush=True)
+print("parsed again" if data._version.store is not before.store else "kept", flush=True)
 """
 
 

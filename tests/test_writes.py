@@ -120,13 +120,13 @@ def test_an_upsert_without_paused_keeps_the_queues_and_the_writer_does_not_read_
     import logging
 
     loads: List[int] = []
-    real = store._Served.load
+    real = store.DataFile._load
 
     def load(*args: Any) -> Any:
         loads.append(1)
         return real(*args)
 
-    monkeypatch.setattr(store._Served, "load", load)
+    monkeypatch.setattr(store.DataFile, "_load", load)
     with caplog.at_level(logging.INFO, "qstash_lists"):
         write(writable, "POST", "/v2/queues/emails/pause")
         write(writable, "POST", "/v2/queues", {"queueName": "emails", "parallelism": 3})
