@@ -614,7 +614,8 @@ def url_group_remove_endpoints(asked: Asked) -> Answer:
 
 def save(asked: Asked, noun: str, edit: store.Edit) -> Answer:
     """Make ``edit`` to the token's account and write the file: 200 once it is on disk; each of
-    store's refusals as its status (``noun``: what the path's name is, for a 404)."""
+    store's refusals as its status (``noun``: what the path's name is, for a 404).  The edit runs
+    later, in DataFile.update, under the flock, on the account as the file holds it then."""
     try:
         return _done(asked.source.update(asked.account.token_sha256, edit))
     except store.NoSuchAccount:  # the file changed since the credential was checked
@@ -775,7 +776,8 @@ class Service:
         exc_info: Any = None,
     ) -> Iterable[bytes]:
         """Start ``answer`` (HEAD: the same headers, errors included, never a body, RFC 9110,
-        9.3.2), log it, and return its body as PEP 3333 takes it."""
+        9.3.2), log it, and return its body as PEP 3333 takes it: under waitress in its
+        wsgi.file_wrapper (no copy), else a list of the bytes (see _body_iterable)."""
         start_response(answer.status_line, answer.headers, exc_info)
         data = b"" if environ.get("REQUEST_METHOD") == "HEAD" else answer.body
         if self.access_log and access_logger.isEnabledFor(logging.INFO):
@@ -1282,7 +1284,8 @@ def _switch(text: str) -> bool:
 
 
 #: Every setting, read in one place (read_settings): the command line wins over the
-#: environment, then the default.
+#: environment, then the default.  Those without an option here are switches of the command line
+#: (--writable, --reset: _add_switches) or the environment's alone (QSTASH_TOKEN).
 SETTINGS: Dict[str, Setting] = {
     "data": Setting("--data", "QSTASH_LISTS_DATA", "data.json", str, "the data file"),
     "token": Setting(

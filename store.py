@@ -383,8 +383,10 @@ class Store:
 
     @cached_property
     def lines(self) -> bytes:
-        """This store's data file as the writer writes it: its one account's object, or
-        ``{"accounts": [...]}`` with an account a line."""
+        """This store's data file as the writer writes it (``--example`` prints one): its one
+        account's object, or ``{"accounts": [...]}`` with an account a line; in it each queue,
+        URL group and endpoint is a line of the API's compact JSON (``raw``, keys in QStash's
+        order from SCHEMA)."""
         if self.single_account:
             return self.accounts[0].lines + b"\n"
         return b'{"accounts": [\n' + b",\n".join([a.lines for a in self.accounts]) + b"\n]}\n"
@@ -1214,6 +1216,8 @@ class DataFile:
         no write since.  A save in place by hand is the reloader's to find."""
         if self._forked:
             self._start_in_child()
+        # Both are what stat says: of the path now, and of the file this process last read or
+        # wrote (set by _load_version and _serve); equal unless another process wrote since.
         if self.writable and _stat(self.path) != self._version.signature:
             self.refresh(renamed=True)
         return self._version.store
@@ -1350,14 +1354,19 @@ class DataFile:
         """Make ``edit`` to the account ``digest`` in the latest version, write the file, serve it
         and say what it did; or NoSuchAccount, NoSuchItem, TooLarge, Unloadable (a file that does
         not load: kept), Busy (the lock not had in time, or its turn: see _Turns), DataError
-        (unwritable)."""
+        (unwritable).  In order: this process's turn (_Turns.take); every process's flock on the
+        file (_locked); then _write_held: the locked file read, its store (the one in service if
+        the same bytes), the edit, the new bytes (Store.lines), a new version written beside the
+        file (_new_version) and, under _lock, renamed over it and served.  A try whose file
+        changed meanwhile (None) lets the flock go and starts again; on the way out the flock is
+        let go, then the turn."""
         deadline = time.monotonic() + LOCK_TIMEOUT
         with self._turns.take(self.path, deadline):
             for _ in range(WRITE_ATTEMPTS):
                 with _locked(self.path, deadline) as held:
                     did = self._write_held(held, digest, edit)
                     if did is not None:
-                        return did
+                        return did  # the flock let go, then the turn
         saved = "saved by another hand %d times while a write was made" % WRITE_ATTEMPTS
         raise FileChanging(["%s: %s; nothing was written" % (self.path, saved)])
 
@@ -1366,14 +1375,13 @@ class DataFile:
         else their own, put in service; Unloadable if they do not load: never overwritten), and
         rename the new version over it if the path still leads to that file as it was read; say
         what the edit did, or None if the file changed meanwhile (then again, on the new file).
-        TooLarge if the edit makes the account larger and over its share of --max-size (none takes
-        the others' room; one that holds more may shrink), or the file over --max-size (it would
-        not load again)."""
+        TooLarge past the account's share of --max-size, or past --max-size (it would not load
+        again)."""
         found = _read_open(held.fd, self.path, self.max_size)
         if found is None:  # written into meanwhile, by hand
             return None
         with self._lock:
-            try:
+            try:  # the store in service if the same bytes (renewed as judged now), else theirs
                 store = self._load_version(held.fd, found)
             except DataError as exc:
                 self._set_failed(exc.signature, exc)
@@ -1390,6 +1398,8 @@ class DataFile:
         # Account compares by identity: this very object is replaced.
         accounts = tuple(changed if each is account else each for each in store.accounts)
         fresh = dataclasses.replace(store, accounts=accounts)
+        # An account may grow to its share of --max-size, so that none takes the others' room (one
+        # that holds more may shrink); its size is its bytes in the file (lines: encoded once).
         share, size = self.max_size // len(accounts), len(changed.lines)
         if len(accounts) > 1 and size > max(share, len(account.lines)):  # one: the file's limit
             over = "this account would be %s, over its share of --max-size" % megabytes(size)
@@ -1413,7 +1423,7 @@ class DataFile:
                     return None
                 signature = new.rename()
                 self._serve(new.fd, signature, fresh, data)
-        return did
+        return did  # _new_version synced the directory (renamed) or removed its file (not)
 
     def replace(self, raw: bytes) -> Store:
         """Write the data file ``raw`` (checked first, as a load would: DataError) whole, under
