@@ -5,7 +5,8 @@ It answers the reads of ``/v2/topics``, ``/v2/queues`` (each list and one item b
 ``/v2/keys`` behind bearer-token auth; with ``--writable``, QStash's writes of both, saved to the
 file.  Serve with ``python app.py`` (``--help`` lists the settings); embed with ``make_app``, the
 factory for waitress-serve, gunicorn and uWSGI, or ``create_app(open_data(...))``.  Standard library
-only; waitress only to serve.
+only; waitress only to serve.  A request's path through both modules, hop by hop:
+docs/development.md, "One request, end to end".
 """
 
 from __future__ import annotations

@@ -1344,7 +1344,8 @@ class DataFile:
             logger.error("%s: keeping the last good version", self.path)
 
     def _keep_open(self, fd: int) -> None:
-        """Hold a copy of ``fd`` (-1: none) open as the version judged, letting the last go."""
+        """Hold a copy of ``fd`` (-1: none) open as the version judged, letting the last go (a copy
+        of _Held.fd shares no flock: _locked takes it through another description)."""
         if self._file >= 0:
             os.close(self._file)
         self._file = os.dup(fd) if fd >= 0 else -1
