@@ -396,20 +396,7 @@ class Store:
         """This store's data file as compact JSON, as a tool writes it: what a write writes where
         the writer's layout would take the file past --max-size (so that a file near the limit
         can still be written, and a delete frees room)."""
-        accounts = [
-            {
-                **dict([account.credential] if account.credential else []),
-                **(
-                    {"signingKeys": dict(zip(("current", "next"), account.signing_keys))}
-                    if account.signing_keys
-                    else {}
-                ),
-                "urlGroups": list(account.url_groups.values()),
-                "queues": list(account.queues.values()),
-            }
-            for account in self.accounts
-        ]
-        return encode(accounts[0] if self.single_account else {"accounts": accounts})
+        return encode(json.loads(self.lines))
 
     def warnings(self, source: str) -> list[str]:
         """Return what looks wrong in a valid file, one line each: no account, times in seconds."""
