@@ -230,8 +230,8 @@ MUTANTS: List[Mutant] = [
     M(
         "reload",
         "store.py",
-        "        if self._forked:\n            self._start_in_child()\n        if self.writable",
-        "        if self.writable",
+        "        if self._forked:\n            self._start_in_child()\n        # Both are what stat says",
+        "        # Both are what stat says",
     ),
     M(
         "reset",
