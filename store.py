@@ -1178,7 +1178,6 @@ class DataFile:
         self._version = _Version()
         self._file = -1  # the version judged, held open
         self._problem: Optional[str] = None  # the first line of the problem logged, until it ends
-        self.first: Optional[Store] = None  # the first good store, or replace()'s: a reset's
         self._turns = _Turns()
         self._closed = False
         self._starting = threading.Lock()  # guards _forked, for a moment only
@@ -1298,8 +1297,6 @@ class DataFile:
         self._keep_open(fd)
         now = time.time()
         self._version = _Version(signature, now, store, raw, loaded_at=now)
-        if self.first is None:
-            self.first = store
         if self._problem is not None:
             logger.warning("%s: good again", self.path)  # a problem's end: shown with --quiet too
             self._problem = None
@@ -1416,8 +1413,7 @@ class DataFile:
     def replace(self, raw: bytes) -> Store:
         """Write the data file ``raw`` (checked first, as a load would: DataError) whole, under
         every writer's lock, whatever the file holds now (one that does not load too: a test
-        double's put-back), serve it, and make it what a reset puts back (first); return its
-        store."""
+        double's put-back), serve it, and return its store."""
         fresh = parse(raw, self.path, self._token, self._fallback)
         if len(fresh.lines) > self.max_size:
             raise _too_large(self.path, len(fresh.lines), self.max_size)
@@ -1426,7 +1422,6 @@ class DataFile:
                 with self._lock:
                     signature = new.rename()
                     self._serve(new.fd, signature, fresh, fresh.lines)
-                    self.first = fresh
         return fresh
 
     # -- The reloader thread and forks -------------------------------------------------------------

@@ -1752,17 +1752,23 @@ def item_rows(tmp: Path, rounds: int, big: int, rows: List[str], summary: List[s
     path = write_data(tmp, big)
     code = """
 import gc, app
+from wsgiref.util import setup_testing_defaults
 data = app.open_data(%r, 'x')
-snapshot = data.current()
-account = snapshot.store.accounts[0]
+wsgi = app.create_app(data, access_log=False)
+account = data.current().accounts[0]
+def get(path):
+    environ = {"PATH_INFO": path, "HTTP_AUTHORIZATION": "Bearer x"}
+    setup_testing_defaults(environ)
+    return b"".join(wsgi(environ, lambda *args: None))
 def rss():
     gc.collect()
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
+get("/v2/queues")
 before = rss()
-for queue in account.queues:
-    snapshot.body(account, "/v2/queues", queue.name)
-print(before, rss(), len(snapshot.bodies))
+for name in account.queues:
+    get("/v2/queues/" + name)
+print(before, rss(), len(account.cache) - 1)
 """ % str(path)
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=str(ROOT)

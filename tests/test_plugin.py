@@ -480,6 +480,33 @@ def test_it(qstash_server):
     pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
+def test_a_reset_in_a_test_puts_back_that_tests_qstash_data(pytester: Any) -> None:
+    """POST /qstash-lists/reset from a test of the fixture: its own qstash_data, not the run's
+    empty start (a test that resets between its steps)."""
+    pytester.makepyfile(
+        test_reset="""
+import json, pytest, urllib.request
+
+def call(server, method, path, body=None):
+    request = urllib.request.Request(server.url + path, json.dumps(body).encode() if body else None,
+                                     {"Authorization": "Bearer " + server.token}, method=method)
+    with urllib.request.urlopen(request) as response:
+        return json.loads(response.read() or b"null")
+
+@pytest.fixture
+def qstash_data():
+    queue = {"createdAt": 1, "updatedAt": 1, "name": "mine", "parallelism": 1, "lag": 0}
+    return {"urlGroups": [], "queues": [queue]}
+
+def test_it(qstash_server):
+    call(qstash_server, "POST", "/v2/queues", {"queueName": "added"})
+    call(qstash_server, "POST", "/qstash-lists/reset")
+    assert [queue["name"] for queue in call(qstash_server, "GET", "/v2/queues")] == ["mine"]
+"""
+    )
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
 def test_a_bad_day_from_python_is_the_tests_alone(pytester: Any) -> None:
     """qstash_server.fault() and .requests(): the next request meets the fault; a test's faults
     and log are gone at the next test, even those it left unused."""

@@ -3,6 +3,7 @@ readers never see a mix, and no file (a FIFO, a device, a huge or a busy one) st
 
 import ctypes
 import functools
+import gc
 import hashlib
 import json
 import logging
@@ -10,8 +11,9 @@ import os
 import threading
 import time
 import warnings
+import weakref
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set, cast
 
 import pytest
 from helpers import Q_TEMPLATE, TOKEN_A, bearer, call, eventually, upsert, write_json
@@ -60,6 +62,22 @@ def test_the_reloader_serves_a_changed_file_without_a_restart(path: Path) -> Non
     assert names(call(app, headers=bearer(TOKEN_A))) == ["v1-0", "v1-1"]
     write_json(path, version(2, 1))
     eventually(lambda: names(call(app, headers=bearer(TOKEN_A))) == ["v2-0", "v2-1", "v2-2"])
+    data.close()
+
+
+@pytest.mark.parametrize("writable", [False, True], ids=["read-only", "writable"])
+def test_a_version_replaced_is_not_kept(path: Path, writable: bool) -> None:
+    """Once a reload or a write replaces it, no version of the file is held but the one in
+    service (a server holds one store, not two: only a test double keeps its start)."""
+    data = service.open_data(str(path), None, interval=3600, writable=writable)
+    before = weakref.ref(cast(store.Store, data.current()))
+    if writable:
+        upsert(data, hashlib.sha256(TOKEN_A.encode()).digest(), "new")
+    else:
+        write_json(path, version(2, 1))
+        assert data.refresh() is True
+    gc.collect()
+    assert before() is None
     data.close()
 
 
