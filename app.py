@@ -891,7 +891,8 @@ class TestDouble:
     REQUEST_LOG entries and REQUEST_LOG_BYTES; at most ``delays`` requests (of all accounts) wait
     out a delay at once, so the other workers stay free: a delay past them is not waited (its
     request is answered at once, its fault's status or the service's).  HEALTH_PATH never meets
-    the double.  ``_lock`` guards ``_faults``, ``_log`` and ``first``, and is held for no I/O."""
+    the double.  ``_lock`` guards ``_faults``, ``_log`` and the late setting of ``initial`` (else
+    set whole: here, or by the plugin's per-test reset), and is held for no I/O."""
 
     __test__ = False  # not a pytest class, whatever its name
 
@@ -899,7 +900,7 @@ class TestDouble:
         self.service = service
         # What a reset puts back: the version in service as the double is made (a preloading
         # server makes it before it forks: one start for every worker), else the first after.
-        self.first: Optional[store.Store] = service.source.current()
+        self.initial: Optional[store.Store] = service.source.current()
         self._lock = threading.Lock()
         self._faults: Dict[bytes, List[Fault]] = {}
         self._log: Dict[bytes, Tuple[collections.deque[LogEntry], List[int]]] = {}
@@ -943,13 +944,13 @@ class TestDouble:
         digest = account.token_sha256
         if path == RESET_PATH:  # the account as the server started: a test's fresh state
             source = self.service.source
-            first = self.first or source.current()
+            initial = self.initial or source.current()
             with self._lock:
-                self.first = first = self.first or first
+                self.initial = initial = self.initial or initial
             answer = save(
                 Asked(environ, source, account, None),
                 "account",
-                lambda account, now: store.put_back(account, now, first),
+                lambda account, now: store.put_back(account, now, initial),
             )
             self.clear(digest)  # once the account is put back
             return answer

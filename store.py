@@ -842,9 +842,7 @@ class _Turns:
     def __init__(self) -> None:
         self._changed = threading.Condition()  # guards since and stuck
         self.since: Optional[float] = None  # when the write at work took its turn; None: none
-        self.stuck = (
-            False  # the last write ended Busy: the next takes its turn, the rest do not wait
-        )
+        self.stuck = False  # the last write ended Busy (then only the next one waits)
 
     @contextlib.contextmanager
     def take(self, path: str, deadline: float) -> Iterator[None]:

@@ -134,7 +134,7 @@ class _Session:
         raw = json.dumps(document).encode()
         loaded = app.store.parse(raw, FIXTURE, self.server.token)
         self.first = app.clients_token(loaded, self.server.token, FIXTURE)
-        self._double.first = self._data.replace(raw)  # what a reset puts back
+        self._double.initial = self._data.replace(raw)  # what a reset puts back
         self._double.clear()
         return self.first
 

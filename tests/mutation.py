@@ -925,22 +925,22 @@ MUTANTS: List[Mutant] = [
     M(
         "plugin",
         "testing.py",
-        "        self._double.first = self._data.replace(raw)  # what a reset puts back\n",
+        "        self._double.initial = self._data.replace(raw)  # what a reset puts back\n",
         "        pass\n",
         ("tests/test_plugin.py",),
     ),
     M(
         "plugin",
         "testing.py",
-        "        self._double.first = self._data.replace(raw)  # what a reset puts back\n",
+        "        self._double.initial = self._data.replace(raw)  # what a reset puts back\n",
         "        self._data.replace(raw)\n",
         ("tests/test_plugin.py",),
     ),
     M(
         "baddays",
         "app.py",
-        "        self.first: Optional[store.Store] = service.source.current()\n",
-        "        self.first: Optional[store.Store] = None\n",
+        "        self.initial: Optional[store.Store] = service.source.current()\n",
+        "        self.initial: Optional[store.Store] = None\n",
         BAD_DAYS + ("tests/test_plugin.py",),
     ),
     M(
