@@ -1360,13 +1360,15 @@ class DataFile:
         what the edit did, or None if the file changed meanwhile (then again, on the new file).
         TooLarge past the account's share of --max-size, or past --max-size (it would not load
         again)."""
-        found = _read_open(held.fd, self.path, self.max_size)
-        if found is None:  # written into meanwhile, by hand
-            return None
         with self._lock:
             try:  # the store in service if the same bytes (renewed as judged now), else theirs
+                found = _read_open(held.fd, self.path, self.max_size)
+                if found is None:  # written into meanwhile, by hand
+                    return None
                 store = self._load_version(held.fd, found)
             except DataError as exc:
+                if exc.signature is None:  # not read (an I/O error): not the file's fault
+                    raise
                 self._set_failed(exc.signature, exc)
                 self._log_problem(exc)
                 raise Unloadable(
@@ -1388,9 +1390,8 @@ class DataFile:
             over = "this account would be %s, over its share of --max-size" % megabytes(size)
             share_is = "(%s: %d accounts)" % (megabytes(share), len(accounts))
             raise TooLarge(["%s: %s %s" % (self.path, over, share_is)])
-        data = fresh.lines
-        if len(data) > self.max_size:  # the same data without the writer's layout
-            data = fresh.compact
+        # Where the writer's layout would not fit, the same data without it.
+        data = fresh.lines if len(fresh.lines) <= self.max_size else fresh.compact
         if len(data) > self.max_size:
             raise _too_large(self.path, len(data), self.max_size)
         with _new_version(held.target, data, held.stat, self.path) as new:

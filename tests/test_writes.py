@@ -2,6 +2,7 @@
 its 200."""
 
 import copy
+import errno
 import hashlib
 import io
 import json
@@ -13,7 +14,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple, cast
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, cast
 
 import pytest
 from helpers import (
@@ -360,14 +361,29 @@ def test_a_body_over_the_limit_is_refused_unread(writable: Any, path: Path) -> N
     assert response.status == 413 and path.read_bytes() == before
 
 
+@pytest.mark.parametrize(
+    "edit, logged",
+    [
+        (
+            lambda text: text.replace('"lag": 0', '"lag": "0"'),
+            'queues[0].lag: expected an integer from 0 to 2**53 - 1, got "0"',
+        ),
+        (  # past --max-size: it does not load either
+            lambda text: text + " " * 1000,
+            "over the limit of",
+        ),
+    ],
+)
 def test_a_write_after_a_bad_hand_edit_is_refused_and_the_file_kept(
-    path: Path, caplog: Any
+    path: Path, caplog: Any, edit: Callable[[str], str], logged: str
 ) -> None:
+    limit = path.stat().st_size + 500
     app = service.create_app(
-        service.open_data(str(path), None, interval=3600, writable=True), access_log=False
+        service.open_data(str(path), None, interval=3600, writable=True, max_size=limit),
+        access_log=False,
     )
     # The reloader has not looked yet.
-    path.write_text(path.read_text().replace('"lag": 0', '"lag": "0"'))
+    path.write_text(edit(path.read_text()))
     edited = path.read_bytes()
     response = send(
         app, "POST", "/v2/queues", {"queueName": "jobs", "parallelism": 1, "paused": False}
@@ -377,7 +393,22 @@ def test_a_write_after_a_bad_hand_edit_is_refused_and_the_file_kept(
         "conflict: the data file on the server was edited and does not load"
     )
     assert path.read_bytes() == edited
-    assert 'queues[0].lag: expected an integer from 0 to 2**53 - 1, got "0"' in caplog.text
+    assert logged in caplog.text
+
+
+def test_a_write_whose_file_cannot_be_read_now_is_a_503_not_a_409(
+    writable: Any, path: Path, monkeypatch: Any
+) -> None:
+    """An I/O error is no fault of the file's (which a 409 would say): try again."""
+
+    def failing(read: Any, limit: int) -> Any:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(store, "read_at_most", failing)
+    before = path.read_bytes()
+    response = send(writable, "POST", "/v2/queues", {"queueName": "jobs"})
+    assert (response.status, response.headers["Retry-After"]) == (503, "1")
+    assert path.read_bytes() == before
 
 
 def test_a_write_that_would_pass_the_size_limit_is_refused(path: Path) -> None:
