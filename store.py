@@ -803,6 +803,12 @@ class _Held(NamedTuple):
         return os.path.realpath(path) == self.target and _same_file(on_disk, self.stat)
 
 
+#: The descriptors _locked takes every writer's flock through, while it does: a child forked
+#: meanwhile closes its copies (after_fork), or it would keep the lock for as long as it lives.
+#: Changed by one set operation at a time (atomic under the GIL).
+_flocked: set[int] = set()
+
+
 @contextlib.contextmanager
 def _locked(path: str, deadline: float) -> Iterator[_Held]:
     """Take every writer's lock (``flock``) on the file ``path`` leads to, by ``deadline`` at the
@@ -815,6 +821,8 @@ def _locked(path: str, deadline: float) -> Iterator[_Held]:
             target = os.path.realpath(path)
             fd = _open(target)
             opened.callback(os.close, fd)
+            _flocked.add(fd)  # from here on, a forked child closes its copy (after_fork)
+            opened.callback(_flocked.discard, fd)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -1494,10 +1502,14 @@ def after_fork() -> None:
     changed in place, so it is the version in service or the one before, never half of one (a
     load under way in the parent holds its store in its own thread's locals).  It drops what
     only the parent's threads, which are not in the child, could end: its ``_lock``, the writes'
-    turns (a write under way), the lock of ``_forked``, and the reloader's socket pair (the
-    parent's).  Its first call starts its own reloader (no thread starts inside a fork hook: a
-    fork to exec needs none).  The reloader computes no ``cached_property`` (whose lock, before
-    Python 3.12, a fork could leave held)."""
+    turns and the flock of a write under way (its descriptor, ``_flocked``), the lock of
+    ``_forked``, and the reloader's socket pair (the parent's).  Its first call starts its own
+    reloader (no thread starts inside a fork hook: a fork to exec needs none).  The reloader
+    computes no ``cached_property`` (whose lock, before Python 3.12, a fork could leave held)."""
+    for fd in list(_flocked):  # a write's under way in the parent: its flock is not ours
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _flocked.clear()
     for data in list(_open_files):
         if not data._closed:
             data._lock = threading.Lock()

@@ -9,6 +9,7 @@ import os
 import random
 import re
 import signal
+import threading
 from pathlib import Path
 from typing import Any, Callable, List, Tuple
 
@@ -584,6 +585,45 @@ def test_a_forked_child_wakes_a_reloader_of_its_own(tmp_path: Path) -> None:
         assert _in_a_child(own_pair) == 0
         assert {os.fstat(end.fileno()).st_ino for end in pair if end is not None} == parents
     finally:
+        data.close()
+
+
+def test_a_child_forked_during_a_write_keeps_no_lock_on_the_file(tmp_path: Path) -> None:
+    """A process that forks while one of its threads writes (multiprocessing beside serve(), say):
+    the child closes its copy of the descriptor that holds every writer's flock, so the writes
+    after that one are not refused (Busy, 503) for as long as the child lives."""
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps({"queues": [Q]}))
+    data = store.DataFile(str(path), "t", 3600, writable=True)
+    digest = hashlib.sha256(b"t").digest()
+    under_the_lock, go_on = threading.Event(), threading.Event()
+
+    def held(account: store.Account, now: int) -> Tuple[store.Account, str]:
+        under_the_lock.set()
+        go_on.wait()
+        return account, "nothing to do"
+
+    writer = threading.Thread(target=data.update, args=(digest, held))
+    writer.start()
+    read, write = os.pipe()
+    pid = 0
+    try:
+        under_the_lock.wait()
+        pid = os.fork()
+        if pid == 0:  # a child that lives on past the write
+            os.close(write)
+            os.read(read, 1)
+            os._exit(0)
+        go_on.set()
+        writer.join()
+        created = data.update(digest, lambda a, now: store.upsert_queue(a, now, "jobs", 1, None))
+        assert created == "queue created"
+    finally:
+        go_on.set()
+        os.close(write)
+        os.close(read)
+        if pid:
+            os.waitpid(pid, 0)
         data.close()
 
 
