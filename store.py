@@ -791,7 +791,7 @@ class _Held(NamedTuple):
 
     fd: int  # open on the file (another descriptor of it has the flock)
     target: str  # the path's target (its symlink resolved) when the lock was taken
-    stat: os.stat_result  # the file then: the new version gets its mode and owner
+    stat: os.stat_result  # the file then: the new version gets its mode, group and owner
 
     def leads_to(self, path: str) -> bool:
         """Whether ``path`` still leads to this very file: neither re-pointed nor replaced (its
@@ -902,19 +902,21 @@ def _new_version(
     target: str, data: bytes, old: Optional[os.stat_result], source: str
 ) -> Iterator[_Temporary]:
     """Write ``data`` to a temporary file of its own beside ``target`` (fsync'd, with the old
-    file's mode and owner) and yield it for the caller to rename (or not).  The temporary file
-    goes on every way out but a rename; the directory is synced after one."""
+    file's mode, group and owner) and yield it for the caller to rename (or not).  The temporary
+    file goes on every way out but a rename; the directory is synced after one."""
     directory, name = os.path.split(target)
     fd, temporary = -1, ""
     try:
         fd, temporary = tempfile.mkstemp(
             prefix=".%s." % name, suffix=".qstash-lists-tmp", dir=directory or "."
         )
-        try:  # the old file's mode and owner, where the file system keeps them
+        try:  # the old file's group, owner and mode, where the file system keeps them
             if old is not None:
+                # A member of the file's group may give it that group; only root the owner.
+                for uid, gid in ((-1, old.st_gid), (old.st_uid, -1)):
+                    with contextlib.suppress(PermissionError):
+                        os.fchown(fd, uid, gid)
                 os.fchmod(fd, stat.S_IMODE(old.st_mode))
-                with contextlib.suppress(PermissionError):  # only root can give a file away
-                    os.fchown(fd, old.st_uid, old.st_gid)
         except OSError as exc:  # FAT, some network shares: none; said once
             _say_once(
                 "%s: the file system keeps no mode or owner (%s): a new version gets its "

@@ -440,6 +440,13 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
+        "for uid, gid in ((-1, old.st_gid), (old.st_uid, -1)):",
+        "for uid, gid in ((old.st_uid, old.st_gid),):",
+        WRITES,
+    ),
+    M(
+        "writes",
+        "store.py",
         "        return os.path.realpath(path) == self.target and _same_file(on_disk, self.stat)",
         "        return _same_file(on_disk, self.stat)",
         ("tests/test_writer.py",),

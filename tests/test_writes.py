@@ -7,9 +7,11 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -458,6 +460,43 @@ def test_mode_owner_and_symlink_are_kept(tmp_path: Path) -> None:
     assert [q["name"] for q in on_disk(target)["accounts"][0]["queues"]] == ["emails", "jobs"]
     # No temporary file left.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.json", "real.json"]
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0,
+    reason="needs root, to make the users: run the suite as root (CI does)",
+)
+def test_a_writer_of_the_files_group_keeps_the_group_and_the_mode() -> None:
+    """Two users of one group (staff) write one file (0660, in their group's folder): a write by
+    the one who does not own it keeps its group, so the owner's own server still reads it (only
+    root can keep the owner too)."""
+    owner, writer, staff = 1000, 33, 50
+    top = tempfile.mkdtemp()
+    try:
+        os.chmod(top, 0o755)
+        os.chown(top, 0, staff)
+        os.chmod(top, 0o770)
+        path = write_json(Path(top) / "data.json", {"queues": []})
+        os.chown(path, owner, staff)
+        os.chmod(path, 0o660)
+        data = store.DataFile(str(path), "t", 3600, writable=True)
+        digest = hashlib.sha256(b"t").digest()
+        pid = os.fork()
+        if pid == 0:  # the writer: no file but this one is opened
+            try:
+                os.setgroups([staff])
+                os.setgid(writer)
+                os.setuid(writer)
+                data.update(digest, lambda a, now: store.upsert_queue(a, now, "jobs", 1, None))
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        data.close()
+        after = path.stat()
+        assert (after.st_uid, after.st_gid, stat.S_IMODE(after.st_mode)) == (writer, staff, 0o660)
+        assert [q["name"] for q in on_disk(path)["queues"]] == ["jobs"]
+    finally:
+        shutil.rmtree(top)
 
 
 def test_an_interrupted_write_removes_its_temporary_file_and_keeps_the_old(
