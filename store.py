@@ -827,6 +827,9 @@ def _locked(path: str, deadline: float) -> Iterator[_Held]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 pass
+            except OSError as exc:  # ENOLCK: a network file system's lock manager, say
+                cannot = "%s: cannot lock: %s; nothing was written"
+                raise DataError([cannot % (path, exc.strerror or exc)]) from None
             else:
                 # Read through a description of its own, which may be held open after the lock is
                 # let go (see DataFile._keep_open): a copy of this one would keep the lock.

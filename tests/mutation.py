@@ -440,6 +440,13 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
+        "except OSError as exc:  # ENOLCK",
+        "except ValueError as exc:  # ENOLCK",
+        WRITES,
+    ),
+    M(
+        "writes",
+        "store.py",
         "for uid, gid in ((-1, old.st_gid), (old.st_uid, -1)):",
         "for uid, gid in ((old.st_uid, old.st_gid),):",
         WRITES,

@@ -413,6 +413,25 @@ def test_a_write_whose_file_cannot_be_read_now_is_a_503_not_a_409(
     assert path.read_bytes() == before
 
 
+def test_a_write_on_a_file_system_that_refuses_the_lock_is_a_503_naming_it(
+    writable: Any, path: Path, monkeypatch: Any, caplog: Any
+) -> None:
+    """ENOLCK (an NFS lock manager that does not answer): nothing written, try again."""
+    import fcntl
+
+    def refused(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", refused)
+    before = path.read_bytes()
+    response = send(writable, "POST", "/v2/queues", {"queueName": "jobs"})
+    assert (response.status, response.headers["Retry-After"]) == (503, "1")
+    assert path.read_bytes() == before
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        "%s: cannot lock: %s; nothing was written" % (path, os.strerror(errno.ENOLCK))
+    ]
+
+
 def test_a_write_that_would_pass_the_size_limit_is_refused(path: Path) -> None:
     limit = len(json.dumps(on_disk(path), indent=2)) + 60
     app = service.create_app(
