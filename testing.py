@@ -25,6 +25,9 @@ _DIRECT = build_opener(ProxyHandler({}))  # never a proxy (urlopen takes one fro
 #: The process that removes the served copy's folder once this one closes its pipe (at the end of
 #: serve(), or when this process ends however it ends: SIGKILL included).
 _SWEEPER = "import shutil, sys; sys.stdin.buffer.read(); shutil.rmtree(sys.argv[1], True)"
+#: The write ends of this process's sweepers' pipes, which a forked child closes (else the block's
+#: end waits for that child).  Changed by one set operation at a time (atomic under the GIL).
+_SWEEPER_PIPES: "set[int]" = set()
 
 
 class Server(NamedTuple):
@@ -97,12 +100,41 @@ def _serving(
 def _folder() -> Iterator[str]:
     """A temporary folder, removed at the block's end, or by _SWEEPER if this process ends first."""
     with tempfile.TemporaryDirectory(prefix="qstash-lists-") as folder:
+        read, write = os.pipe()
+        _SWEEPER_PIPES.add(write)
         sweeper = [sys.executable, "-c", _SWEEPER, folder]
         out = subprocess.DEVNULL  # its own session: no Ctrl-C, hangup or group kill reaches it
-        with subprocess.Popen(
-            sweeper, stdin=subprocess.PIPE, stdout=out, stderr=out, start_new_session=True
-        ):
-            yield folder  # the end closes its pipe, and waits for it to remove the folder
+        try:
+            process = subprocess.Popen(
+                sweeper, stdin=read, stdout=out, stderr=out, start_new_session=True
+            )
+        except BaseException:
+            _forget_sweeper(write)
+            raise
+        finally:
+            os.close(read)
+        with process:  # the end closes its pipe, and waits for it to remove the folder
+            try:
+                yield folder
+            finally:
+                _forget_sweeper(write)
+
+
+def _forget_sweeper(write: int) -> None:
+    """Close ``write``, the end of a sweeper's pipe, if this process holds it."""
+    if write in _SWEEPER_PIPES:
+        _SWEEPER_PIPES.discard(write)
+        os.close(write)
+
+
+def _forget_sweepers() -> None:
+    """In a forked child: its copies of the sweepers' pipes are not this process's ends."""
+    for write in list(_SWEEPER_PIPES):
+        _forget_sweeper(write)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_sweepers)
 
 
 class _Session:

@@ -962,6 +962,13 @@ MUTANTS: List[Mutant] = [
     M(
         "plugin",
         "testing.py",
+        "    os.register_at_fork(after_in_child=_forget_sweepers)",
+        "    pass",
+        ("tests/test_plugin.py",),
+    ),
+    M(
+        "plugin",
+        "testing.py",
         "        self._double.clear()\n",
         "        pass\n",
         ("tests/test_plugin.py",),

@@ -3,6 +3,7 @@ state per test, with and without pytest-xdist), serve() without the plugin, the 
 suite calls, and the runner, run as the README prints them (the SDKs' own runs of the README's
 examples are in tests/test_sdks.py)."""
 
+import contextlib
 import http.client
 import json
 import os
@@ -207,6 +208,55 @@ def test_serve_is_writable_on_a_free_port_and_stops_while_a_client_is_connected(
         assert conn.getresponse().status == 200  # kept open while the server stops
     assert not [t for t in threading.enumerate() if t.name == "qstash-lists server"]
     conn.close()
+
+
+def _pipe_of(argument: str) -> int:
+    """The inode of the standard input (a pipe) of the process whose command line has
+    ``argument``."""
+    for pid in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            if pid.isdigit() and argument.encode() in (
+                (Path("/proc") / pid / "cmdline").read_bytes().split(b"\0")
+            ):
+                return os.stat("/proc/%s/fd/0" % pid).st_ino
+    raise LookupError(argument)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc: run it on Linux")
+def test_a_child_forked_inside_serve_lets_its_block_end_while_it_lives() -> None:
+    """A process that forks inside serve() (the app's multiprocessing pool, say): the child holds
+    no end of the pipe whose end lets the sweeper go, so the block ends (the folder removed) while
+    the child lives on; the sweeper still removes it if this process ends first."""
+    release_r, release_w = os.pipe()
+    result_r, result_w = os.pipe()
+    pid = 0
+    try:
+        with testing.serve({"urlGroups": [], "queues": []}) as server:
+            folder = os.path.dirname(server.path)
+            pipe = _pipe_of(folder)
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.close(release_w)
+                    held = False
+                    for name in os.listdir("/proc/self/fd"):
+                        with contextlib.suppress(OSError):
+                            held = held or os.fstat(int(name)).st_ino == pipe
+                    os.write(result_w, b"1" if held else b"0")
+                    os.read(release_r, 1)  # it lives on past the block
+                finally:
+                    os._exit(0)
+            held = os.read(result_r, 1) == b"1"
+            if held:  # let it go: the block's end would wait for it
+                os.close(release_w)
+                release_w = -1
+        assert not held and not os.path.exists(folder)
+    finally:
+        for fd in (release_w, release_r, result_r, result_w):
+            if fd >= 0:
+                os.close(fd)
+        if pid:
+            os.waitpid(pid, 0)
 
 
 # ---- The reset and the runner ----------------------------------------------------------------
