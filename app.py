@@ -428,14 +428,21 @@ def _queue_name(name: str) -> str:
     return name
 
 
+def _content_length(environ: WSGIEnvironment) -> Optional[int]:
+    """The body's Content-Length (none: 0); None if it is not a whole number of at most 9 digits
+    (one of thousands is never parsed)."""
+    length = environ.get("CONTENT_LENGTH") or "0"
+    return int(length) if length.isascii() and length.isdigit() and len(length) <= 9 else None
+
+
 def _json_body(environ: WSGIEnvironment) -> Dict[str, Any]:
     """A write's JSON object, whatever its Content-Type (neither SDK sends one); or BadRequest."""
-    length = environ.get("CONTENT_LENGTH") or "0"
-    if not (length.isascii() and length.isdigit()) or len(length) > 9:
+    length = _content_length(environ)
+    if length is None:
         raise BadRequest("bad request: a Content-Length of a whole number of bytes is needed")
-    if int(length) > MAX_BODY:
+    if length > MAX_BODY:
         raise PayloadTooLarge("payload too large: a write's body is at most %d bytes" % MAX_BODY)
-    raw = environ["wsgi.input"].read(int(length)) if int(length) else b""
+    raw = environ["wsgi.input"].read(length) if length else b""
     try:
         # UTF-8 itself: json.loads would take UTF-16, UTF-32 and a byte-order mark, as no SDK sends.
         document = json.loads(raw.decode("utf-8"), object_pairs_hook=store.unique_keys)
@@ -1046,12 +1053,10 @@ class LoggedBody(NamedTuple):
 def _logged_body(environ: WSGIEnvironment) -> LoggedBody:
     """A write's body for the request log, read here and given back to the service as it came;
     a read's body is never read, nor one the service refuses unread (over MAX_BODY)."""
-    length = environ.get("CONTENT_LENGTH") or "0"
-    if environ.get("REQUEST_METHOD") in READS or not (length.isascii() and length.isdigit()):
+    length = _content_length(environ)
+    if environ.get("REQUEST_METHOD") in READS or length is None or not 0 < length <= MAX_BODY:
         return LoggedBody(None, 0)
-    if not 0 < int(length) <= MAX_BODY:
-        return LoggedBody(None, 0)
-    raw = environ["wsgi.input"].read(int(length))
+    raw = environ["wsgi.input"].read(length)
     environ["wsgi.input"] = io.BytesIO(raw)
     try:
         document = json.loads(raw.decode("utf-8"), object_pairs_hook=store.unique_keys)

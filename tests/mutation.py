@@ -648,7 +648,14 @@ MUTANTS: List[Mutant] = [
         "        if False:\n            return did",
         WRITES,
     ),
-    M("writes", "app.py", "if int(length) > MAX_BODY:", "if False:", WRITES),
+    M("writes", "app.py", "if length > MAX_BODY:", "if False:", WRITES),
+    M(
+        "baddays",
+        "app.py",
+        "and len(length) <= 9 else None",
+        "else None",
+        BAD_DAYS,
+    ),
     M(
         "writes",
         "app.py",

@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 from typing import Any, Dict, List
+from wsgiref.util import setup_testing_defaults
 
 import pytest
 from helpers import TOKEN_A, TOKEN_B, accounts_document, bearer, call, write_json
@@ -264,6 +265,18 @@ def test_the_log_is_bounded_in_bytes_and_never_reads_a_reads_body(
     unread: Dict[str, Any] = {"wsgi.input": Unread(), "CONTENT_LENGTH": "5"}
     get = call(app, headers=bearer(TOKEN_A), **unread)
     assert get.status == 200 and log(app)[-1]["body"] is None
+
+
+def test_a_content_length_of_thousands_of_digits_is_a_400_as_without_the_double(app: Any) -> None:
+    """Called as an embedding server may: wsgiref's validator cannot read it either."""
+    for wsgi in (app, app.service):
+        environ: Dict[str, Any] = {}
+        setup_testing_defaults(environ)
+        environ.update(REQUEST_METHOD="POST", PATH_INFO="/v2/queues", CONTENT_LENGTH="1" * 5000)
+        environ.update(HTTP_AUTHORIZATION="Bearer " + TOKEN_A, QUERY_STRING="")
+        started: List[str] = []
+        wsgi(environ, lambda status, headers, exc_info=None, seen=started: seen.append(status))
+        assert started == ["400 Bad Request"]
 
 
 def test_delays_hold_at_most_the_workers_given_and_never_the_health_check(
