@@ -1060,6 +1060,7 @@ def _logged_body(environ: WSGIEnvironment) -> LoggedBody:
     environ["wsgi.input"] = io.BytesIO(raw)
     try:
         document = json.loads(raw.decode("utf-8"), object_pairs_hook=store.unique_keys)
+        store.encode(document)  # NaN, a lone surrogate: no answer can carry them (ValueError)
     except (ValueError, RecursionError, store.DataError):
         document = None
     return LoggedBody(document if type(document) is dict else None, len(raw))

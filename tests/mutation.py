@@ -652,6 +652,13 @@ MUTANTS: List[Mutant] = [
     M(
         "baddays",
         "app.py",
+        "        store.encode(document)  # NaN",
+        "        pass  # NaN",
+        BAD_DAYS,
+    ),
+    M(
+        "baddays",
+        "app.py",
         "and len(length) <= 9 else None",
         "else None",
         BAD_DAYS,

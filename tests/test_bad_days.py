@@ -267,6 +267,14 @@ def test_the_log_is_bounded_in_bytes_and_never_reads_a_reads_body(
     assert get.status == 200 and log(app)[-1]["body"] is None
 
 
+@pytest.mark.parametrize("raw", [b'{"queueName": "x", "parallelism": NaN}', b'{"x": "\\ud800"}'])
+def test_a_body_the_log_could_not_answer_with_is_logged_as_none(app: Any, raw: bytes) -> None:
+    """NaN (Python's json.dumps writes it) or a lone surrogate parse, but are not JSON an answer
+    can carry: the log keeps no body for them, and answers."""
+    assert send(app, "POST", "/v2/queues", raw=raw).status == 400
+    assert [(entry["body"], entry["status"]) for entry in log(app)] == [(None, 400)]
+
+
 def test_a_content_length_of_thousands_of_digits_is_a_400_as_without_the_double(app: Any) -> None:
     """Called as an embedding server may: wsgiref's validator cannot read it either."""
     for wsgi in (app, app.service):
