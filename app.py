@@ -1475,6 +1475,15 @@ def _body_iterable(environ: WSGIEnvironment, data: bytes) -> Iterable[bytes]:
     return [data] if data else []
 
 
+def _urls(server: Any) -> List[str]:
+    """The URL of each address a waitress server listens on: "localhost" may be two (IPv4 and
+    IPv6), on ports of their own where any was asked for."""
+    listening = getattr(server, "effective_listen", None) or [
+        (server.effective_host, server.effective_port)
+    ]
+    return ["http://%s:%s" % ("[%s]" % h if ":" in h else h, p) for h, p in listening]
+
+
 def _drop_connection() -> Exception:
     """What to raise for waitress to close the connection unanswered (waitress.channel's
     documented way for an app to say its client is gone)."""
@@ -1685,13 +1694,10 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access_log: bool) 
     except (OSError, ValueError) as exc:
         stopper.close()
         return _not_listening(host, port, exc)
-    listening = getattr(server, "effective_listen", None) or [
-        (server.effective_host, server.effective_port)
-    ]
-    # "localhost" may listen on two addresses (IPv4 and IPv6).
-    urls = ["http://%s:%s" % (("[%s]" % h) if ":" in h else h, p) for h, p in listening]
+    urls = _urls(server)
     loaded = typing.cast(store.Store, data.current())  # open_data raised otherwise
-    print("\n".join(_banner(settings, loaded, urls, listening[0][1], data.writable)), flush=True)
+    port = urls[0].rpartition(":")[2]
+    print("\n".join(_banner(settings, loaded, urls, port, data.writable)), flush=True)
     run(server, socket_map, settings["stop_timeout"], stopper)
     return 0
 
@@ -1767,7 +1773,7 @@ def serving(
     thread = threading.Thread(target=run, args=args, name="qstash-lists server", daemon=True)
     thread.start()
     try:
-        yield "http://%s:%s" % ("[%s]" % host if ":" in host else host, server.effective_port)
+        yield _urls(server)[0]
     finally:
         stopper.stop()
         thread.join()

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -416,6 +417,43 @@ def test_a_fifo_swapped_in_while_serving_neither_hangs_it_nor_replaces_the_data(
     assert code == 0
     assert err.count("%s: cannot read: not a regular file but a FIFO" % path) == 1
     assert "Traceback" not in err
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="needs an IPv6 loopback (::1): run it where ::1 is up")
+def test_serving_on_a_name_of_two_addresses_yields_a_url_it_answers(
+    data_path: Path, monkeypatch: Any
+) -> None:
+    """localhost as Debian's and macOS's /etc/hosts give it, ::1 and 127.0.0.1 (waitress listens on
+    each, on ports of their own when asked for any): serving() and so --run yield the URL of one
+    (on a name of one address, the same URL as ever)."""
+    real = socket.getaddrinfo
+
+    def both(host: Any, *args: Any, **keywords: Any) -> Any:
+        if host != "localhost":
+            return real(host, *args, **keywords)
+        return real("::1", *args, **keywords) + real("127.0.0.1", *args, **keywords)
+
+    monkeypatch.setattr(socket, "getaddrinfo", both)
+    bearer = "Bearer " + TOKEN_A
+    data = service.open_data(str(data_path), None, 3600)
+    try:
+        with service.serving(service.create_app(data, access_log=False), "localhost") as url:
+            asked = urllib.request.Request(url + "/v2/queues", headers={"Authorization": bearer})
+            with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(asked) as got:
+                assert got.status == 200
+        with service.serving(service.create_app(data, access_log=False)) as url:
+            assert url.startswith("http://127.0.0.1:")
+    finally:
+        data.close()
 
 
 def test_a_port_in_use_is_one_line(data_path: Path) -> None:
