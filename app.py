@@ -911,7 +911,7 @@ class TestDouble:
         self._lock = threading.Lock()
         self._faults: Dict[bytes, List[Fault]] = {}
         self._log: Dict[bytes, Tuple[collections.deque[LogEntry], List[int]]] = {}
-        self._delays = threading.BoundedSemaphore(max(1, delays))
+        self._delays = threading.BoundedSemaphore(delays)  # 0: none (a server of one thread)
 
     def clear(self, digest: Optional[bytes] = None, log: bool = True) -> None:
         """Forget the faults of the account ``digest`` (None: of all), and its log if ``log``."""

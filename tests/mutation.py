@@ -652,6 +652,13 @@ MUTANTS: List[Mutant] = [
     M(
         "baddays",
         "app.py",
+        "threading.BoundedSemaphore(delays)",
+        "threading.BoundedSemaphore(max(1, delays))",
+        BAD_DAYS,
+    ),
+    M(
+        "baddays",
+        "app.py",
         "        store.encode(document)  # NaN",
         "        pass  # NaN",
         BAD_DAYS,

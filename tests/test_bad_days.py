@@ -267,6 +267,21 @@ def test_the_log_is_bounded_in_bytes_and_never_reads_a_reads_body(
     assert get.status == 200 and log(app)[-1]["body"] is None
 
 
+def test_with_one_thread_no_delay_is_waited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--threads 1 (or 0 delays given): half the threads is none, so a delay never holds the one
+    thread every client needs; its request is answered at once."""
+    path = write_json(tmp_path / "data.json", accounts_document())
+    data = service.open_data(str(path), None, 3600, writable=True)
+    double = service.TestDouble(service.create_app(data, access_log=False), delays=1 // 2)
+    waited: List[float] = []
+    monkeypatch.setattr(time, "sleep", waited.append)
+    fault(double, status=503, delay=5)
+    assert (call(double, headers=bearer(TOKEN_A)).status, waited) == (503, [])
+    data.close()
+
+
 @pytest.mark.parametrize("raw", [b'{"queueName": "x", "parallelism": NaN}', b'{"x": "\\ud800"}'])
 def test_a_body_the_log_could_not_answer_with_is_logged_as_none(app: Any, raw: bytes) -> None:
     """NaN (Python's json.dumps writes it) or a lone surrogate parse, but are not JSON an answer

@@ -428,7 +428,9 @@ def _ipv6_loopback() -> bool:
         return False
 
 
-@pytest.mark.skipif(not _ipv6_loopback(), reason="needs an IPv6 loopback (::1): run it where ::1 is up")
+@pytest.mark.skipif(
+    not _ipv6_loopback(), reason="needs an IPv6 loopback (::1): run it where ::1 is up"
+)
 def test_serving_on_a_name_of_two_addresses_yields_a_url_it_answers(
     data_path: Path, monkeypatch: Any
 ) -> None:
