@@ -788,12 +788,16 @@ class Service:
         wsgi.file_wrapper (no copy), else a list of the bytes (see _body_iterable)."""
         start_response(answer.status_line, answer.headers, exc_info)
         data = b"" if environ.get("REQUEST_METHOD") == "HEAD" else answer.body
+        self.log(environ, answer, len(data), started)
+        return _body_iterable(environ, data)
+
+    def log(self, environ: WSGIEnvironment, answer: Answer, size: int, started: float) -> None:
+        """Log a request answered with ``answer`` (``size`` bytes of its body sent), if this
+        service's access log is on: under python app.py, to QueueLog (_log_to_stderr: the line is
+        made and written on its listener's thread); embedded, to the logger's own handlers."""
         if self.access_log and access_logger.isEnabledFor(logging.INFO):
             ms = (time.perf_counter() - started) * 1000
-            # Under python app.py, to QueueLog (_log_to_stderr): the line is made and written on
-            # its listener's thread; embedded, to the handlers the embedding gave the logger.
-            access_logger.info("%s", AccessLine(environ, answer, len(data), ms))
-        return _body_iterable(environ, data)
+            access_logger.info("%s", AccessLine(environ, answer, size, ms))
 
 
 def create_app(
@@ -823,6 +827,8 @@ class Fault(NamedTuple):
     reset: Optional[int] = None  # a Unix time: in a second (burst), at midnight UTC (daily)
 
 
+#: What the access log says of a request a fault dropped: no status was sent.
+DROPPED = Answer("-", [], b"", "dropped: a fault")
 _ERRORS = frozenset(status.value for status in HTTPStatus if status >= 400)
 #: Each key of a fault: what its value must be, and what a 400 says it expects.
 FAULT_KEYS: Dict[str, Tuple[Callable[[Any], bool], str]] = {
@@ -993,6 +999,7 @@ class TestDouble:
                 self._delays.release()
         if fault is not None and fault.drop and _by_waitress(environ):
             self._note(digest, environ, logged, None)
+            self.service.log(environ, DROPPED, 0, started)
             raise _drop_connection()
         if fault is not None and (fault.drop or fault.status is not None):
             error = _fault_error(fault)  # a drop another server cannot make: a 500 (see Fault)

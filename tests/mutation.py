@@ -652,6 +652,13 @@ MUTANTS: List[Mutant] = [
     M(
         "baddays",
         "app.py",
+        "            self.service.log(environ, DROPPED, 0, started)\n",
+        "",
+        BAD_DAYS,
+    ),
+    M(
+        "baddays",
+        "app.py",
         "threading.BoundedSemaphore(delays)",
         "threading.BoundedSemaphore(max(1, delays))",
         BAD_DAYS,

@@ -4,6 +4,8 @@ test_plugin.py."""
 
 import io
 import json
+import logging
+import re
 import time
 from pathlib import Path
 from typing import Any, Dict, List
@@ -150,6 +152,22 @@ def test_a_drop_closes_the_connection_unanswered(app: Any) -> None:
         }
     ]
     assert send(app, "POST", "/v2/queues", {"queueName": "dropped"}).status == 200
+
+
+def test_a_drop_has_its_line_in_the_access_log(tmp_path: Path, caplog: Any) -> None:
+    """As every request (docs/deploying.md): no status (none was sent), and why."""
+    from waitress.channel import ClientDisconnected
+
+    path = write_json(tmp_path / "data.json", accounts_document())
+    data = service.open_data(str(path), None, 3600, writable=True)
+    double = service.TestDouble(service.create_app(data))
+    fault(double, drop=True)
+    with caplog.at_level(logging.INFO, "qstash_lists.access"), pytest.raises(ClientDisconnected):
+        call(by_waitress(double), "/v2/queues", headers=bearer(TOKEN_A), REMOTE_ADDR="10.0.0.9")
+    [line] = [r.getMessage() for r in caplog.records if r.name == "qstash_lists.access"]
+    match = re.fullmatch(r'10\.0\.0\.9 "GET /v2/queues" (.*) 0 [\d.]+ms \((.*)\)', line)
+    assert match and match.groups() == ("-", "dropped: a fault")
+    data.close()
 
 
 @pytest.mark.parametrize(
