@@ -1259,6 +1259,12 @@ class DataFile:
             sent = FORCE if force else LOOK
             cast(socket.socket, self._wake_send).send(sent, getattr(socket, "MSG_NOSIGNAL", 0))
 
+    def __del__(self, _close: Callable[[int], None] = os.close) -> None:
+        # Nobody holds it (its reloader holds a weak reference, and stops): let go of the file
+        # (os.close bound early: at the interpreter's exit this module's globals may be gone).
+        if getattr(self, "_file", -1) >= 0:
+            _close(self._file)
+
     def close(self) -> None:
         """Stop the reloader thread, and let go of the file."""
         self._closed = True

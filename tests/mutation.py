@@ -207,6 +207,7 @@ MUTANTS: List[Mutant] = [
     ),
     M("reload", "store.py", "os.register_at_fork(after_in_child=after_fork)", "pass"),
     M("reload", "store.py", "    for fd in list(_flocked):", "    for fd in []:"),
+    M("reload", "store.py", "            _close(self._file)", "            pass"),
     M("reload", "store.py", "            _flocked.add(fd)  #", "            pass  #"),
     M("reload", "store.py", "        del data  # wait without holding it\n", ""),
     M(

@@ -588,6 +588,22 @@ def test_a_forked_child_wakes_a_reloader_of_its_own(tmp_path: Path) -> None:
         data.close()
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc: run it on Linux")
+def test_a_data_file_nobody_holds_lets_go_of_its_file(tmp_path: Path) -> None:
+    """As data.close() does: a version replaced since is not kept on disk by a descriptor."""
+    path = tmp_path / "data.json"
+    path.write_text(json.dumps({"queues": [Q]}))
+    file = (path.stat().st_dev, path.stat().st_ino)
+    data = store.DataFile(str(path), "t", 3600)
+    del data
+    gc.collect()
+    held = []
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            held.append((os.fstat(int(name)).st_dev, os.fstat(int(name)).st_ino))
+    assert file not in held
+
+
 def test_a_child_forked_during_a_write_keeps_no_lock_on_the_file(tmp_path: Path) -> None:
     """A process that forks while one of its threads writes (multiprocessing beside serve(), say):
     the child closes its copy of the descriptor that holds every writer's flock, so the writes
