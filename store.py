@@ -1009,14 +1009,15 @@ def _with_item(account: Account, kind: str, name: str, item: Optional[Item]) -> 
 def upsert_queue(
     account: Account, now: int, name: str, parallelism: Optional[int], paused: Optional[bool]
 ) -> tuple[Account, str]:
-    """Create the queue ``name`` (parallelism 1 if not given), or update what is given of it (a
-    queue that it leaves as it was keeps its updatedAt, so that a file under version control stays
-    clean when an app upserts its queue at each start)."""
+    """Create or update the queue ``name``: ``parallelism`` 1 if not given (QStash's documented
+    default, what both SDKs send), ``paused`` its own if not given (false for a new one).  A queue
+    that it leaves as it was keeps its updatedAt, so that a file under version control stays clean
+    when an app upserts its queue at each start."""
+    parallelism = 1 if parallelism is None else parallelism
     queue = account.queues.get(name)
     if queue is None:
-        created = Queue(now, now, name, 1 if parallelism is None else parallelism, 0, bool(paused))
+        created = Queue(now, now, name, parallelism, 0, bool(paused))
         return _with_item(account, "queues", name, created), "queue created"
-    parallelism = queue.parallelism if parallelism is None else parallelism
     paused = queue.paused if paused is None else paused
     if (parallelism, paused) == (queue.parallelism, queue.paused):
         return account, "queue unchanged"

@@ -533,8 +533,15 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "now, now, name, 1 if parallelism is None else parallelism",
-        "now, now, name, 2 if parallelism is None else parallelism",
+        "parallelism = 1 if parallelism is None else parallelism",
+        "parallelism = 2 if parallelism is None else parallelism",
+        WRITES,
+    ),
+    M(
+        "writes",
+        "store.py",
+        "    parallelism = 1 if parallelism is None else parallelism\n",
+        "",
         WRITES,
     ),
     M(

@@ -758,15 +758,24 @@ def test_another_process_reads_each_write_at_its_next_request(tmp_path: Path) ->
     reader.close()
 
 
-def test_an_upsert_without_parallelism_makes_it_1_and_keeps_a_queues_own(writable: Any) -> None:
-    """QStash's document gives parallelism a default of 1: a new queue gets it, one that is there
-    keeps its own."""
+def test_an_upsert_without_parallelism_makes_it_1_as_qstashs_default(writable: Any) -> None:
+    """QStash's OpenAPI document gives parallelism a default of 1 (and both SDKs send 1 when their
+    caller gives none): a new queue gets it, and so does one that is there; paused left out is the
+    queue's own."""
     write(writable, "POST", "/v2/queues", {"queueName": "fresh"})
     assert item(writable, "/v2/queues/fresh")["parallelism"] == 1
+    write(writable, "POST", "/v2/queues", {"queueName": "emails", "parallelism": 2})
     write(writable, "POST", "/v2/queues", {"queueName": "emails", "paused": True})
-    assert item(writable, "/v2/queues/emails")["parallelism"] == 2
+    assert [item(writable, "/v2/queues/emails")[key] for key in ("parallelism", "paused")] == [
+        1,
+        True,
+    ]
+    write(writable, "POST", "/v2/queues", {"queueName": "emails", "parallelism": 3})
     write(writable, "POST", "/v2/queues", {"queueName": "emails", "parallelism": None})
-    assert item(writable, "/v2/queues/emails")["parallelism"] == 2
+    assert [item(writable, "/v2/queues/emails")[key] for key in ("parallelism", "paused")] == [
+        1,
+        True,
+    ]
 
 
 def test_a_hand_edit_that_repeats_a_known_account_is_refused_by_the_process_that_knew_it(
