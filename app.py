@@ -1746,8 +1746,11 @@ def _dev_mode(settings: Mapping[str, Any], loaded: store.Store, port: Any) -> st
     dev token's signing keys, finds this server, or why not."""
     if not is_loopback(settings["host"]):
         return "this server does not listen on 127.0.0.1"
-    if loaded.find(DEV_TOKEN.encode()) is None:
+    account = loaded.find(DEV_TOKEN.encode())
+    if account is None:
         return "no account here has the dev token"
+    if account.signing_keys not in (None, DEV_SIGNING_KEYS):
+        return "the dev token's account has signingKeys, not the dev keys the SDK checks for"
     if int(port) != 8080:
         return "set QSTASH_DEV_PORT=%s where the SDK runs" % port
     return "finds this server"

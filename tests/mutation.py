@@ -531,6 +531,13 @@ MUTANTS: List[Mutant] = [
         WRITES,
     ),
     M(
+        "auth",
+        "app.py",
+        "if account.signing_keys not in (None, DEV_SIGNING_KEYS):",
+        "if False:",
+        ("tests/test_server.py",),
+    ),
+    M(
         "writes",
         "store.py",
         "parallelism = 1 if parallelism is None else parallelism",

@@ -73,6 +73,20 @@ def test_default_dev_token_on_loopback_is_printed(tmp_path: Path) -> None:
         assert server.stop()[0] == 0
 
 
+def test_the_banner_says_dev_mode_misses_a_dev_token_account_with_keys_of_its_own(
+    tmp_path: Path,
+) -> None:
+    """The JS SDK's dev mode takes only a server that answers the dev keys to the dev token."""
+    keys = {"current": "sig_mine_current", "next": "sig_mine_next"}
+    with serving(write_json(tmp_path / "one.json", dict(SINGLE, signingKeys=keys))) as server:
+        assert server.proc.stdout is not None
+        assert server.proc.stdout.readline() == (
+            "# the JS SDK's dev mode (QSTASH_DEV=1): the dev token's account has signingKeys, not "
+            "the dev keys the SDK checks for\n"
+        )
+        assert server.stop()[0] == 0
+
+
 def test_a_configured_token_is_used_and_never_printed(tmp_path: Path) -> None:
     data = write_json(tmp_path / "one.json", SINGLE)
     with serving(data, "--quiet", env={"QSTASH_TOKEN": "s3cret-token"}) as server:
