@@ -67,6 +67,7 @@ WRITE_ATTEMPTS = 3
 FORCE, LOOK = b"\1", b"\0"
 _READ_CHUNK = 1 << 24
 _MISSING: Any = object()  # a key the object does not have (its problem is said once, as missing)
+_GIVEN_TWICE = "given twice in one object (only one is allowed)"
 _BESIDE_ACCOUNTS = (  # the problem of a key beside "accounts"
     "unknown key next to 'accounts' (a file lists accounts, or holds 'urlGroups' and 'queues' of "
     "one account, not both)"
@@ -529,7 +530,10 @@ class _Checker:
     def document(self, value: Any, token: Optional[str]) -> tuple[Account, ...]:
         if type(value) is dict and "accounts" in value:
             for key in value:
-                if key != "accounts":
+                if key is _TWICE:
+                    for twice in value[_TWICE]:
+                        self.problem("(top level)", None, twice, _GIVEN_TWICE)
+                elif key != "accounts":
                     self.problem("(top level)", None, key, _BESIDE_ACCOUNTS)
             digests: dict[bytes, int] = {}
             return tuple(
@@ -563,7 +567,7 @@ class _Checker:
         for key in value:
             if key is _TWICE:
                 for twice in value[_TWICE]:
-                    self.problem(array, i, twice, "given twice in one object (only one is allowed)")
+                    self.problem(array, i, twice, _GIVEN_TWICE)
             elif key not in required + optional:
                 self.problem(
                     array, i, key, "unknown key (expected '%s')" % "', '".join(required + optional)

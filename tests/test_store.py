@@ -336,6 +336,10 @@ def test_an_empty_file_and_a_trailing_comma_are_said_in_our_words(raw: bytes, me
             b'{"accounts": [{"token": "a", "token": "b"}]}',
             "data.json: accounts[0].token: given twice in one object (only one is allowed)",
         ),
+        (
+            b'{"accounts": [], "accounts": []}',
+            "data.json: accounts: given twice in one object (only one is allowed)",
+        ),
     ],
 )
 def test_a_key_given_twice_is_a_fault_with_its_place(raw: bytes, message: str) -> None:
