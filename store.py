@@ -1128,7 +1128,9 @@ class _Version:
     """The file as last judged and the version in service: replaced whole, under DataFile._lock."""
 
     signature: Optional[Signature] = None  # the file last judged (served, or refused); None: unread
-    judged_at: float = 0.0  # when (a Unix time, as the file's own times)
+    judged_at: float = (
+        0.0  # when its read (or write) began, a Unix time: never later (see unchanged)
+    )
     store: Optional[Store] = None  # the last good store; None until there is one
     raw: bytes = b""  # the bytes that store was built from (or written as)
     loaded_at: Optional[float] = None  # when it was put in service
@@ -1283,54 +1285,57 @@ class DataFile:
     def _load(self, force: bool = False) -> Optional[DataError]:
         """Read and load the file (see _load_version), read again while it changes; return its
         problem, noted (see _set_failed), if any."""
+        started = time.time()  # when the version read was judged: no later (see _Version)
         try:
             with _opened(self.path, self.max_size) as (fd, found):
-                self._load_version(fd, found, force)
+                self._load_version(fd, found, started, force)
             return None
         except DataError as exc:
             problem = exc
         except Exception:  # a bug: the last good version stays, as for a bad file
             logger.exception("%s: cannot build a snapshot", self.path)
             problem = DataError([])
-        self._set_failed(problem.signature, problem)
+        self._set_failed(problem.signature, problem, started)
         return problem
 
-    def _load_version(self, fd: int, found: Read, force: bool = False) -> Store:
-        """The store of the version ``found``, read from ``fd``: the one in service if it holds
-        the same bytes (unless ``force``), else a new one put in service; a DataError (with its
-        signature) where it does not load."""
+    def _load_version(self, fd: int, found: Read, started: float, force: bool = False) -> Store:
+        """The store of the version ``found``, read from ``fd`` from the time ``started`` on: the
+        one in service if it holds the same bytes (unless ``force``), else a new one put in
+        service; a DataError (with its signature) where it does not load."""
         version = self._version
         if not force and version.failed_at is None and version.has_bytes(found.raw):
             self._keep_open(fd)
             self._version = dataclasses.replace(
-                version, signature=found.signature, judged_at=time.time()
+                version, signature=found.signature, judged_at=started
             )
             return cast(Store, version.store)
         try:
             store = parse(found.raw, self.path, self._token, self._fallback)
         except DataError as exc:
             raise type(exc)(exc.problems, found.signature) from None
-        self._serve(fd, found.signature, store, found.raw)
+        self._serve(fd, found.signature, store, found.raw, started)
         return store
 
-    def _serve(self, fd: int, signature: Signature, store: Store, raw: bytes) -> None:
-        """Put ``store`` in service, as the version ``signature`` holding ``raw``, open as
-        ``fd``."""
+    def _serve(
+        self, fd: int, signature: Signature, store: Store, raw: bytes, judged_at: float
+    ) -> None:
+        """Put ``store`` in service, as the version ``signature`` holding ``raw``, open as ``fd``,
+        read (or written) from the time ``judged_at`` on."""
         self._keep_open(fd)
-        now = time.time()
-        self._version = _Version(signature, now, store, raw, loaded_at=now)
+        self._version = _Version(signature, judged_at, store, raw, loaded_at=time.time())
         if self._problem is not None:
             logger.warning("%s: good again", self.path)  # a problem's end: shown with --quiet too
             self._problem = None
 
-    def _set_failed(self, signature: Optional[Signature], problem: DataError) -> None:
-        """Note that the version ``signature`` was judged and refused (None: it is read again at
-        the next look): the last good version stays."""
+    def _set_failed(
+        self, signature: Optional[Signature], problem: DataError, judged_at: float
+    ) -> None:
+        """Note that the version ``signature``, read from the time ``judged_at`` on, was refused
+        (None: it is read again at the next look): the last good version stays."""
         self._keep_open(-1)
-        now = time.time()
-        since = self._version.failed_at or now
+        since = self._version.failed_at or time.time()
         self._version = dataclasses.replace(
-            self._version, signature=signature, judged_at=now, failed_at=since
+            self._version, signature=signature, judged_at=judged_at, failed_at=since
         )
 
     def _log_problem(self, problem: DataError) -> None:
@@ -1385,15 +1390,16 @@ class DataFile:
         TooLarge past the account's share of --max-size, or past --max-size (it would not load
         again)."""
         with self._lock:
+            started = time.time()
             try:  # the store in service if the same bytes (renewed as judged now), else theirs
                 found = _read_open(held.fd, self.path, self.max_size)
                 if found is None:  # written into meanwhile, by hand
                     return None
-                store = self._load_version(held.fd, found)
+                store = self._load_version(held.fd, found, started)
             except DataError as exc:
                 if exc.signature is None:  # not read (an I/O error): not the file's fault
                     raise
-                self._set_failed(exc.signature, exc)
+                self._set_failed(exc.signature, exc, started)
                 self._log_problem(exc)
                 raise Unloadable(
                     ["%s: does not load (the problem is logged); nothing was written" % self.path]
@@ -1429,8 +1435,9 @@ class DataFile:
                 again = _read_open(held.fd, self.path, self.max_size)
                 if again is None or again.raw != found.raw:
                     return None
+                started = time.time()
                 signature = new.rename()
-                self._serve(new.fd, signature, fresh, data)
+                self._serve(new.fd, signature, fresh, data, started)
         return did  # _new_version synced the directory (renamed) or removed its file (not)
 
     def replace(self, raw: bytes) -> Store:
@@ -1443,8 +1450,9 @@ class DataFile:
         with _locked(self.path, time.monotonic() + LOCK_TIMEOUT) as held:
             with _new_version(held.target, fresh.lines, held.stat, self.path) as new:
                 with self._lock:
+                    started = time.time()
                     signature = new.rename()
-                    self._serve(new.fd, signature, fresh, fresh.lines)
+                    self._serve(new.fd, signature, fresh, fresh.lines, started)
         return fresh
 
     # -- The reloader thread and forks -------------------------------------------------------------

@@ -202,10 +202,17 @@ MUTANTS: List[Mutant] = [
     M(
         "reload",
         "store.py",
-        "self._set_failed(problem.signature, problem)",
-        "self._set_failed(_stat(self.path), problem)",
+        "self._set_failed(problem.signature, problem, started)",
+        "self._set_failed(_stat(self.path), problem, started)",
     ),
     M("reload", "store.py", "os.register_at_fork(after_in_child=after_fork)", "pass"),
+    M(
+        "reload",
+        "store.py",
+        "        self._serve(fd, found.signature, store, found.raw, started)",
+        "        self._serve(fd, found.signature, store, found.raw, time.time())",
+        VERSIONS,
+    ),
     M("reload", "store.py", "    for fd in list(_flocked):", "    for fd in []:"),
     M("reload", "store.py", "            _close(self._file)", "            pass"),
     M("reload", "store.py", "            _flocked.add(fd)  #", "            pass  #"),
@@ -418,7 +425,7 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "                store = self._load_version(held.fd, found)\n",
+        "                store = self._load_version(held.fd, found, started)\n",
         "                store = cast(Store, self._version.store)\n",
         WRITES,
     ),
@@ -504,8 +511,8 @@ MUTANTS: List[Mutant] = [
     M(
         "writes",
         "store.py",
-        "self._serve(new.fd, signature, fresh, data)",
-        "self._serve(new.fd, found.signature, fresh, data)",
+        "self._serve(new.fd, signature, fresh, data, started)",
+        "self._serve(new.fd, found.signature, fresh, data, started)",
         WRITES,
     ),
     M(
@@ -717,8 +724,8 @@ MUTANTS: List[Mutant] = [
     M(
         "health",
         "store.py",
-        "self._version, signature=signature, judged_at=now, failed_at=since",
-        "self._version, signature=signature, judged_at=now, failed_at=None",
+        "self._version, signature=signature, judged_at=judged_at, failed_at=since",
+        "self._version, signature=signature, judged_at=judged_at, failed_at=None",
         ("tests/test_health.py",),
     ),
     M(

@@ -165,6 +165,34 @@ def test_an_in_place_edit_of_the_same_size_soon_after_a_load_is_served(
             eventually(lambda n=parallelism: served_parallelism(data) == n, timeout=3)
 
 
+def test_an_edit_during_a_slow_load_is_not_taken_for_the_version_loaded(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A version is judged as of its read's start: a load that takes seconds (a large file's
+    parse) must not make an in-place edit of the same size, in the same second as the read,
+    look safely old (it did: stale until the next change, and /healthz said not stale)."""
+    coarse(monkeypatch)
+    path = tmp_path / "data.json"
+    real_time, real_parse, later = time.time, store.parse, [0.0]
+    monkeypatch.setattr(time, "time", lambda: real_time() + later[0])
+
+    def slow(*args: Any, **keywords: Any) -> store.Store:
+        parsed = real_parse(*args, **keywords)
+        later[0] += 3.0  # the clock after a large file's parse
+        return parsed
+
+    monkeypatch.setattr(store, "parse", slow)
+    eventually(lambda: real_time() % 1 < 0.5)  # the read and the edit in one second
+    edited_in_place(path, 1)
+    data = service.open_data(str(path), None, interval=3600)
+    try:
+        edited_in_place(path, 2)
+        data.refresh()
+        assert served_parallelism(data) == 2
+    finally:
+        data.close()
+
+
 def test_a_version_whose_mtime_is_set_back_is_told_by_its_ctime(tmp_path: Path) -> None:
     """cp -p and tar set a file's mtime back, not its ctime: a version of the same size with the
     mtime of the one judged, long after it (not racy), is read."""
