@@ -552,7 +552,8 @@ class _Checker:
     def each(self, value: Any, array: str) -> list[Any]:
         """The array ``value``, or [] and a problem if it is not one."""
         if type(value) is not list:
-            self.problem(array, None, None, "expected an array, got %s" % _show(value))
+            got = _show(value, secret=array == "accounts")
+            self.problem(array, None, None, "expected an array, got %s" % got)
             return []
         return value
 
@@ -562,7 +563,8 @@ class _Checker:
             return value
         required, optional = KEYS[kind]
         if type(value) is not dict:
-            self.problem(array, i, None, "expected an object, got %s" % _show(value))
+            got = _show(value, secret=kind in ("accounts", "(top level)"))
+            self.problem(array, i, None, "expected an object, got %s" % got)
             return None
         for key in value:
             if key is _TWICE:
@@ -649,7 +651,7 @@ class _Checker:
         if type(value) is str and _SHA256_HEX.fullmatch(value):
             return bytes.fromhex(value)
         # Never show the value either: it may be the token itself, pasted in the wrong field.
-        got = "a string of %d characters" % len(value) if type(value) is str else _show(value)
+        got = "a string of %d characters" % len(value) if type(value) is str else _show(value, True)
         digest = "64 hexadecimal digits (a SHA-256 digest, printf %s TOKEN | sha256sum)"
         self.problem(array, i, "tokenSha256", "expected %s, got %s" % (digest, got))
         return None
@@ -680,10 +682,13 @@ class _Checker:
         return Account(digest, arrays["url_groups"], arrays["queues"], keys, credential)
 
 
-def _show(value: Any) -> str:
-    """Name a JSON value in a problem message, briefly."""
+def _show(value: Any, secret: bool = False) -> str:
+    """Name a JSON value in a problem message, briefly; by its kind alone if it may be a
+    ``secret`` (a token where an account goes)."""
     if isinstance(value, (dict, list)):
         return "an object" if isinstance(value, dict) else "an array"
+    if secret and type(value) in (str, int, float):
+        return "a string" if type(value) is str else "a number"
     text = json.dumps(value, ensure_ascii=False)
     if not text.isprintable():  # a line break or a lone surrogate: escape all but ASCII
         text = json.dumps(value)

@@ -205,6 +205,12 @@ MUTANTS: List[Mutant] = [
         "self._set_failed(problem.signature, problem, started)",
         "self._set_failed(_stat(self.path), problem, started)",
     ),
+    M(
+        "validation",
+        "store.py",
+        "    if secret and type(value) in (str, int, float):",
+        "    if False:",
+    ),
     M("reload", "store.py", "os.register_at_fork(after_in_child=after_fork)", "pass"),
     M(
         "reload",
@@ -756,7 +762,7 @@ MUTANTS: List[Mutant] = [
     M(
         "log",
         "store.py",
-        'got = "a string of %d characters" % len(value) if type(value) is str else _show(value)',
+        'got = "a string of %d characters" % len(value) if type(value) is str else _show(value, True)',
         "got = _show(value)",
     ),
     M(

@@ -265,10 +265,14 @@ FAULTS = [
         "TOKEN | sha256sum), got a string of 3 characters",
     ),
     (
-        {"accounts": [{"tokenSha256": 5}]},
+        {"accounts": [{"tokenSha256": 5551234987}]},
         "accounts[0].tokenSha256: expected 64 hexadecimal digits (a SHA-256 digest, printf %s "
-        "TOKEN | sha256sum), got 5",
+        "TOKEN | sha256sum), got a number",
     ),
+    # A file that lists tokens where accounts go: named by their kind alone.
+    ({"accounts": ["tok-alice-5f3a9c"]}, "accounts[0]: expected an object, got a string"),
+    ({"accounts": "tok-alice-5f3a9c"}, "accounts: expected an array, got a string"),
+    ("tok-alice-5f3a9c", "(top level): expected an object, got a string"),
     ({"accounts": [{"token": "a"}, {"token": "a"}]}, "accounts[1]: same token as accounts[0]"),
     (
         {"accounts": [{"token": "a"}, {"tokenSha256": hashlib.sha256(b"a").hexdigest().upper()}]},
