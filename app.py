@@ -1666,10 +1666,14 @@ def _not_loaded(exc: store.DataError, path: str, prog: str) -> int:
     """Say why the data file ``path`` does not load, and how to start; exit status 2."""
     if isinstance(exc, store.TokenMissing):
         return _fail(exc.problems + ["The built-in dev token serves only a loopback address."])
-    if os.path.lexists(path):
-        return _fail(exc.problems)
-    example = "to start from the example: %s --example > %s" % (prog, path)
-    return _fail(["%s: no such file; %s" % (os.path.abspath(path), example)])
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        example = "to start from the example: %s --example > %s" % (prog, path)
+        return _fail(["%s: no such file; %s" % (os.path.abspath(path), example)])
+    except OSError:
+        pass  # a folder it may not enter, say: the problem names it
+    return _fail(exc.problems)
 
 
 def _serve(settings: Mapping[str, Any], data: store.DataFile, access_log: bool) -> int:

@@ -206,6 +206,13 @@ MUTANTS: List[Mutant] = [
         "self._set_failed(_stat(self.path), problem, started)",
     ),
     M(
+        "settings",
+        "app.py",
+        "        pass  # a folder it may not enter, say: the problem names it",
+        '        return _fail(["no such file"])',
+        ("tests/test_server.py",),
+    ),
+    M(
         "validation",
         "store.py",
         "    if secret and type(value) in (str, int, float):",

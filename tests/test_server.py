@@ -5,10 +5,12 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from pathlib import Path
 from typing import Any, Dict, List
@@ -358,6 +360,40 @@ def test_a_missing_data_file_says_how_to_start(tmp_path: Path) -> None:
     assert err.splitlines()[-1] == (
         "%s: no such file; to start from the example: python app.py --example > data.json" % missing
     )
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0,
+    reason="needs root, to make a folder another user may not enter: run the suite as root",
+)
+def test_a_data_file_in_a_folder_it_may_not_enter_is_not_called_missing(tmp_path: Path) -> None:
+    """Permission denied, said as such: the missing file's advice (--example > it) would overwrite
+    a file that is there."""
+    top = Path(tempfile.mkdtemp())
+    try:
+        os.chmod(top, 0o755)
+        private = top / "private"
+        private.mkdir(mode=0o700)
+        path = write_json(private / "data.json", {"queues": []})
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # another user: it may not enter the folder
+            try:
+                sys.stderr = os.fdopen(write, "w")
+                os.setgid(65534)
+                os.setuid(65534)
+                code = service.main(["--check", "--data", str(path)])
+                sys.stderr.flush()
+                os._exit(code)
+            finally:
+                os._exit(99)
+        os.close(write)
+        with os.fdopen(read) as said:
+            err = said.read()
+        assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 2
+        assert err == "%s: cannot read: Permission denied\n" % path
+    finally:
+        shutil.rmtree(top)
 
 
 def test_log_lines_start_with_an_iso_8601_utc_timestamp(data_path: Path) -> None:
