@@ -485,9 +485,8 @@ def _json(raw: bytes, source: str) -> Any:
     try:
         text = raw.decode("utf-8-sig")  # an editor's byte-order mark is harmless
     except UnicodeDecodeError as exc:
-        raise DataError(
-            ["%s: not UTF-8 text: %s at byte %d" % (source, exc.reason, exc.start)]
-        ) from None
+        at = exc.start + len(raw) - len(exc.object)  # in the file: its byte-order mark counted
+        raise DataError(["%s: not UTF-8 text: %s at byte %d" % (source, exc.reason, at)]) from None
     if not text or text.isspace():  # (strip would copy the whole file)
         example = "a data file is a JSON object (python app.py --example prints one)"
         raise DataError(["%s: empty: %s" % (source, example)])

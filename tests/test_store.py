@@ -47,6 +47,7 @@ def one(document: Any) -> str:
 FAULTS = [
     # Not JSON, or not the right shape at the top
     (b'{"queues": ["\xff"]}', "not UTF-8 text: invalid start byte at byte 13"),
+    (b'\xef\xbb\xbf{"queues": ["\xff"]}', "not UTF-8 text: invalid start byte at byte 16"),
     (b"[]", "(top level): expected an object, got an array"),
     (b"null", "(top level): expected an object, got null"),
     (
