@@ -1579,14 +1579,9 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
     parser = _parser()
     args = parser.parse_args(argv)
     if args.example:
-        try:
-            # In the writer's layout: the first write changes only what it changes (a diff).
-            example = store.parse(store.EXAMPLE.encode(), "the example", DEV_TOKEN).lines
-            sys.stdout.buffer.write(example)
-            sys.stdout.flush()
-        except BrokenPipeError:  # --example | head: the reader has what it wanted
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing at exit
-        return 0
+        # In the writer's layout: the first write changes only what it changes (a diff).
+        example = store.parse(store.EXAMPLE.encode(), "the example", DEV_TOKEN).lines
+        return _to_stdout(lambda: sys.stdout.buffer.write(example))
     try:
         settings = read_settings(os.environ if environ is None else environ, args)
     except ConfigError as exc:
@@ -1612,10 +1607,24 @@ def _check(settings: Mapping[str, Any], prog: str) -> int:
         loaded = store.load(path, settings["token"], DEV_TOKEN, settings["max_size"])
     except store.DataError as exc:
         return _not_loaded(exc, path, prog)
-    print("%s: OK: %s" % (path, loaded.summary()))
+    done = _to_stdout(lambda: print("%s: OK: %s" % (path, loaded.summary())))
     for line in loaded.warnings(path):
         print(line, file=sys.stderr)
-    return 0
+    return done
+
+
+def _to_stdout(write: Callable[[], object]) -> int:
+    """Run ``write`` (to stdout) and flush it: 0, also where the reader is gone (``| head`` has
+    what it wanted); 2 with one line where stdout takes nothing (a full disk)."""
+    try:
+        write()
+        sys.stdout.flush()
+        return 0
+    except OSError as exc:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left at exit
+        if isinstance(exc, BrokenPipeError):
+            return 0
+        return _fail(["cannot write to stdout: %s" % (exc.strerror or exc)])
 
 
 def _fallback(host: str) -> Optional[str]:

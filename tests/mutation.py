@@ -208,6 +208,13 @@ MUTANTS: List[Mutant] = [
     M(
         "settings",
         "app.py",
+        "        if isinstance(exc, BrokenPipeError):\n            return 0\n",
+        "",
+        ("tests/test_server.py",),
+    ),
+    M(
+        "settings",
+        "app.py",
         "        pass  # a folder it may not enter, say: the problem names it",
         '        return _fail(["no such file"])',
         ("tests/test_server.py",),

@@ -249,15 +249,24 @@ def test_a_stop_while_the_server_is_made_prints_nothing(data_path: Path) -> None
     assert (proc.returncode, err) == (0, "")
 
 
-def test_example_into_a_pipe_nobody_reads_ends_quietly() -> None:
+@pytest.mark.parametrize("mode", ["--example", "--check"])
+def test_example_and_check_into_a_pipe_nobody_reads_end_quietly(mode: str, data_path: Path) -> None:
     """`--example | head`: a reader that has what it wanted (here: gone before the first byte)."""
     read, write = os.pipe()
     os.close(read)
     try:
-        code, out, err = run(["--example"], stdout=write)
+        code, out, err = run([mode, "--data", str(data_path)], stdout=write)
     finally:
         os.close(write)
     assert (code, err) == (0, "")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full: run it on Linux")
+@pytest.mark.parametrize("mode", ["--example", "--check"])
+def test_example_and_check_onto_a_full_disk_say_so_in_one_line(mode: str, data_path: Path) -> None:
+    with open("/dev/full", "w") as full:
+        code, out, err = run([mode, "--data", str(data_path)], stdout=full)
+    assert (code, err) == (2, "cannot write to stdout: No space left on device\n")
 
 
 SIZE = "expected a size in bytes from 1 to 4G, such as 64M (K, M or G may follow the number)"
