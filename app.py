@@ -24,6 +24,7 @@ if __name__ == "__main__" or sys.argv[0].endswith("qstash-lists"):
 import argparse
 import collections
 import contextlib
+import errno
 import fnmatch
 import hashlib
 import io
@@ -1723,7 +1724,11 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access_log: bool) 
 
 
 def _not_listening(host: str, port: int, exc: Exception) -> int:
+    """Say why the server cannot listen (the port taken or not allowed, or no such address here:
+    waitress's ValueError for a name it cannot resolve), and the fix; exit status 2."""
     fix = "stop what uses it, or choose another port (--port 0 picks a free one)"
+    if isinstance(exc, ValueError) or getattr(exc, "errno", None) == errno.EADDRNOTAVAIL:
+        fix = "give --host an address of this machine, such as 127.0.0.1"
     return _fail(["cannot listen on %s port %d: %s; %s" % (host, port, exc, fix)])
 
 
@@ -2003,7 +2008,7 @@ def _run_command(settings: Mapping[str, Any], args: argparse.Namespace, prog: st
         try:
             double = TestDouble(create_app(data, access_log=False), settings["threads"] // 2)
             url = stack.enter_context(serving(double, host, port, settings["threads"]))
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             return _not_listening(host, port, exc)
         if not args.quiet:
             logger.info("serving a copy of %s on %s for: %s", path, url, " ".join(args.run))

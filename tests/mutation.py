@@ -208,6 +208,13 @@ MUTANTS: List[Mutant] = [
     M(
         "settings",
         "app.py",
+        '    if isinstance(exc, ValueError) or getattr(exc, "errno", None) == errno.EADDRNOTAVAIL:',
+        "    if False:",
+        ("tests/test_server.py",),
+    ),
+    M(
+        "settings",
+        "app.py",
         "        if isinstance(exc, BrokenPipeError):\n            return 0\n",
         "",
         ("tests/test_server.py",),

@@ -530,6 +530,17 @@ def test_a_port_in_use_is_one_line(data_path: Path) -> None:
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("mode", [[], ["--run", "true"]])
+def test_a_host_that_is_not_this_machines_is_one_line(data_path: Path, mode: List[str]) -> None:
+    code, out, err = run(["--host", "bogus.invalid", "--data", str(data_path)] + mode)
+    assert (code, out, err.splitlines()[-1]) == (
+        2,
+        "",
+        "cannot listen on bogus.invalid port %d: Invalid host/port specified.; give --host an "
+        "address of this machine, such as 127.0.0.1" % (0 if mode else 8080),
+    )
+
+
 @pytest.mark.parametrize(
     "document, warning",
     [
