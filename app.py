@@ -1293,8 +1293,8 @@ def _seconds(text: str) -> float:
 def _hosts(text: str) -> Tuple[str, ...]:
     expected = "expected host names separated by commas, such as qstash.internal,dev.example"
     names = tuple(name.strip().lower() for name in text.split(","))
-    for name in names:
-        if not name or not (name.isascii() and name.isprintable()) or " " in name:
+    for name in names:  # a name alone: a Host header is compared without its port
+        if not name or not (name.isascii() and name.isprintable()) or {" ", ":", "/"} & set(name):
             raise ValueError(expected)
     return names
 

@@ -215,6 +215,13 @@ MUTANTS: List[Mutant] = [
     M(
         "settings",
         "app.py",
+        '{" ", ":", "/"} & set(name)',
+        '{" "} & set(name)',
+        ("tests/test_server.py",),
+    ),
+    M(
+        "settings",
+        "app.py",
         "        if isinstance(exc, BrokenPipeError):\n            return 0\n",
         "",
         ("tests/test_server.py",),

@@ -270,6 +270,7 @@ def test_example_and_check_onto_a_full_disk_say_so_in_one_line(mode: str, data_p
 
 
 SIZE = "expected a size in bytes from 1 to 4G, such as 64M (K, M or G may follow the number)"
+HOSTS = "expected host names separated by commas, such as qstash.internal,dev.example"
 
 
 @pytest.mark.parametrize(
@@ -289,6 +290,11 @@ SIZE = "expected a size in bytes from 1 to 4G, such as 64M (K, M or G may follow
         (["--max-size", "5G"], "--max-size: " + SIZE),
         (["--threads", "1000000"], "--threads: expected a whole number from 1 to 1024"),
         (["--port", "9" * 5000], "--port: expected a whole number from 0 to 65535"),
+        # A Host header is compared without its port: a name with one would never match.
+        *[
+            (["--allowed-hosts", hosts], "--allowed-hosts: " + HOSTS)
+            for hosts in ("qstash.internal:8080", "http://dev.example", "a,,b")
+        ],
     ],
 )
 def test_bad_arguments_are_named(args: List[str], message: str) -> None:
