@@ -1717,8 +1717,7 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access_log: bool) 
         return _not_listening(host, port, exc)
     urls = _urls(server)
     loaded = typing.cast(store.Store, data.current())  # open_data raised otherwise
-    port = urls[0].rpartition(":")[2]
-    print("\n".join(_banner(settings, loaded, urls, port, data.writable)), flush=True)
+    print("\n".join(_banner(settings, loaded, urls, data.writable)), flush=True)
     run(server, socket_map, settings["stop_timeout"], stopper)
     return 0
 
@@ -1733,7 +1732,7 @@ def _not_listening(host: str, port: int, exc: Exception) -> int:
 
 
 def _banner(
-    settings: Mapping[str, Any], loaded: store.Store, urls: List[str], port: Any, writable: bool
+    settings: Mapping[str, Any], loaded: store.Store, urls: List[str], writable: bool
 ) -> List[str]:
     """What to paste where the SDKs run, and whether the JS SDK's dev mode finds this server."""
     serving = "%s (%s) on %s" % (settings["data"], loaded.summary(), " ".join(urls))
@@ -1755,22 +1754,24 @@ def _banner(
             )
     else:
         lines.append("# QSTASH_TOKEN: the one set in this server's environment (not shown)")
-    lines.append("# the JS SDK's dev mode (QSTASH_DEV=1): " + _dev_mode(settings, loaded, port))
+    lines.append("# the JS SDK's dev mode (QSTASH_DEV=1): " + _dev_mode(loaded, urls))
     return lines
 
 
-def _dev_mode(settings: Mapping[str, Any], loaded: store.Store, port: Any) -> str:
+def _dev_mode(loaded: store.Store, urls: List[str]) -> str:
     """Whether the JS SDK's QSTASH_DEV=1, which asks 127.0.0.1:8080 (or QSTASH_DEV_PORT) for the
-    dev token's signing keys, finds this server, or why not."""
-    if not is_loopback(settings["host"]):
+    dev token's signing keys, finds this server (listening at ``urls``), or why not."""
+    here = ("http://127.0.0.1:", "http://0.0.0.0:")  # 0.0.0.0: every IPv4 address, 127.0.0.1 too
+    ports = [url.rpartition(":")[2] for url in urls if url.startswith(here)]
+    if not ports:
         return "this server does not listen on 127.0.0.1"
     account = loaded.find(DEV_TOKEN.encode())
     if account is None:
         return "no account here has the dev token"
     if account.signing_keys not in (None, DEV_SIGNING_KEYS):
         return "the dev token's account has signingKeys, not the dev keys the SDK checks for"
-    if int(port) != 8080:
-        return "set QSTASH_DEV_PORT=%s where the SDK runs" % port
+    if ports[0] != "8080":
+        return "set QSTASH_DEV_PORT=%s where the SDK runs" % ports[0]
     return "finds this server"
 
 

@@ -574,6 +574,13 @@ MUTANTS: List[Mutant] = [
     M(
         "auth",
         "app.py",
+        '    here = ("http://127.0.0.1:", "http://0.0.0.0:")',
+        '    here = ("http://127.",)',
+        ("tests/test_server.py",),
+    ),
+    M(
+        "auth",
+        "app.py",
         "if account.signing_keys not in (None, DEV_SIGNING_KEYS):",
         "if False:",
         ("tests/test_server.py",),

@@ -89,6 +89,17 @@ def test_the_banner_says_dev_mode_misses_a_dev_token_account_with_keys_of_its_ow
         assert server.stop()[0] == 0
 
 
+def test_the_banner_says_dev_mode_misses_a_server_off_127_0_0_1(tmp_path: Path) -> None:
+    """The JS SDK's dev mode asks 127.0.0.1 alone: another loopback address is not found."""
+    with serving(write_json(tmp_path / "one.json", SINGLE), "--host", "127.0.0.2") as server:
+        assert server.proc.stdout is not None
+        lines = [server.proc.stdout.readline() for _ in range(3)]
+        assert lines[-1] == (
+            "# the JS SDK's dev mode (QSTASH_DEV=1): this server does not listen on 127.0.0.1\n"
+        )
+        assert server.stop()[0] == 0
+
+
 def test_a_configured_token_is_used_and_never_printed(tmp_path: Path) -> None:
     data = write_json(tmp_path / "one.json", SINGLE)
     with serving(data, "--quiet", env={"QSTASH_TOKEN": "s3cret-token"}) as server:
