@@ -1734,18 +1734,17 @@ def _not_listening(host: str, port: int, exc: Exception) -> int:
 def _banner(
     settings: Mapping[str, Any], loaded: store.Store, urls: List[str], writable: bool
 ) -> List[str]:
-    """What to paste where the SDKs run, and whether the JS SDK's dev mode finds this server."""
+    """What to paste where the SDKs run (lines a shell takes as they are, zsh too: no quote,
+    parenthesis or semicolon in a comment), and whether the JS SDK's dev mode finds this server."""
     serving = "%s (%s) on %s" % (settings["data"], loaded.summary(), " ".join(urls))
     if writable:
         serving += " (writable)"
     lines = ["qstash-lists %s serving %s" % (__version__, serving), "export QSTASH_URL=" + urls[0]]
     if not loaded.single_account:
-        lines.append("# QSTASH_TOKEN: accounts from the data file; use your account's token")
+        lines.append("# QSTASH_TOKEN: accounts from the data file, export the token of yours")
     elif loaded.fallback_used:
-        lines.append(
-            "export QSTASH_TOKEN=%s  # the built-in dev token: QSTASH_TOKEN is not set (loopback "
-            "only)" % DEV_TOKEN
-        )
+        lines.append("export QSTASH_TOKEN=" + DEV_TOKEN)
+        lines.append("# the built-in dev token, as QSTASH_TOKEN is not set: loopback only")
         # Published constants, as `qstash dev` prints them.
         if loaded.accounts[0].signing_keys is None:
             lines.append(
@@ -1753,8 +1752,8 @@ def _banner(
                 % DEV_SIGNING_KEYS
             )
     else:
-        lines.append("# QSTASH_TOKEN: the one set in this server's environment (not shown)")
-    lines.append("# the JS SDK's dev mode (QSTASH_DEV=1): " + _dev_mode(loaded, urls))
+        lines.append("# QSTASH_TOKEN: the one set in the environment of this server, not shown")
+    lines.append("# the JS SDK dev mode, QSTASH_DEV=1: " + _dev_mode(loaded, urls))
     return lines
 
 
@@ -1769,7 +1768,7 @@ def _dev_mode(loaded: store.Store, urls: List[str]) -> str:
     if account is None:
         return "no account here has the dev token"
     if account.signing_keys not in (None, DEV_SIGNING_KEYS):
-        return "the dev token's account has signingKeys, not the dev keys the SDK checks for"
+        return "the account of the dev token has signingKeys, not the dev keys the SDK checks for"
     if ports[0] != "8080":
         return "set QSTASH_DEV_PORT=%s where the SDK runs" % ports[0]
     return "finds this server"

@@ -169,6 +169,14 @@ class Server:
         finally:
             conn.close()
 
+    def whole_banner(self) -> List[str]:
+        """The banner's lines, read on to its last: the JS SDK's dev mode's."""
+        while not self.banner[-1].startswith("# the JS SDK"):
+            line = self.proc.stdout.readline()  # type: ignore[union-attr]
+            assert line, "the banner ended early: %r" % self.banner
+            self.banner.append(line)
+        return self.banner
+
     def stop(self) -> Tuple[int, str, str]:
         """SIGTERM the server; return its exit status and the rest of its stdout, and all its
         stderr."""

@@ -454,7 +454,7 @@ def test_the_js_sdks_dev_mode_finds_a_file_of_accounts_with_the_dev_token(tmp_pa
         dev_mode = server.proc.stdout.readline()  # the banner's fourth line
         assert (
             dev_mode
-            == "# the JS SDK's dev mode (QSTASH_DEV=1): set QSTASH_DEV_PORT=%d where the SDK runs\n"
+            == "# the JS SDK dev mode, QSTASH_DEV=1: set QSTASH_DEV_PORT=%d where the SDK runs\n"
             % port
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith("QSTASH_")}

@@ -57,7 +57,7 @@ def test_serves_accounts_over_http_and_stops_cleanly(data_path: Path) -> None:
     assert code == 0
     assert server.banner[1:] == [
         "export QSTASH_URL=%s\n" % server.url,
-        "# QSTASH_TOKEN: accounts from the data file; use your account's token\n",
+        "# QSTASH_TOKEN: accounts from the data file, export the token of yours\n",
     ]
     assert "Traceback" not in err
     assert TOKEN_A not in err and TOKEN_B not in err
@@ -67,9 +67,7 @@ def test_serves_accounts_over_http_and_stops_cleanly(data_path: Path) -> None:
 def test_default_dev_token_on_loopback_is_printed(tmp_path: Path) -> None:
     with serving(write_json(tmp_path / "one.json", SINGLE)) as server:
         assert server.banner[1] == "export QSTASH_URL=%s\n" % server.url
-        assert server.banner[2].startswith(
-            "export QSTASH_TOKEN=%s  # the built-in dev token" % service.DEV_TOKEN
-        )
+        assert server.banner[2].startswith("export QSTASH_TOKEN=%s\n" % service.DEV_TOKEN)
         status, _, body = server.get("/v2/queues", {"Authorization": "Bearer " + service.DEV_TOKEN})
         assert (status, json.loads(body)) == (200, [served(ALPHA_QUEUE)])
         assert server.stop()[0] == 0
@@ -81,10 +79,9 @@ def test_the_banner_says_dev_mode_misses_a_dev_token_account_with_keys_of_its_ow
     """The JS SDK's dev mode takes only a server that answers the dev keys to the dev token."""
     keys = {"current": "sig_mine_current", "next": "sig_mine_next"}
     with serving(write_json(tmp_path / "one.json", dict(SINGLE, signingKeys=keys))) as server:
-        assert server.proc.stdout is not None
-        assert server.proc.stdout.readline() == (
-            "# the JS SDK's dev mode (QSTASH_DEV=1): the dev token's account has signingKeys, not "
-            "the dev keys the SDK checks for\n"
+        assert server.whole_banner()[-1] == (
+            "# the JS SDK dev mode, QSTASH_DEV=1: the account of the dev token has signingKeys, "
+            "not the dev keys the SDK checks for\n"
         )
         assert server.stop()[0] == 0
 
@@ -92,12 +89,28 @@ def test_the_banner_says_dev_mode_misses_a_dev_token_account_with_keys_of_its_ow
 def test_the_banner_says_dev_mode_misses_a_server_off_127_0_0_1(tmp_path: Path) -> None:
     """The JS SDK's dev mode asks 127.0.0.1 alone: another loopback address is not found."""
     with serving(write_json(tmp_path / "one.json", SINGLE), "--host", "127.0.0.2") as server:
-        assert server.proc.stdout is not None
-        lines = [server.proc.stdout.readline() for _ in range(3)]
-        assert lines[-1] == (
-            "# the JS SDK's dev mode (QSTASH_DEV=1): this server does not listen on 127.0.0.1\n"
+        assert server.whole_banner()[-1] == (
+            "# the JS SDK dev mode, QSTASH_DEV=1: this server does not listen on 127.0.0.1\n"
         )
         assert server.stop()[0] == 0
+
+
+@pytest.mark.parametrize("shell", [["sh", "-i"], ["zsh", "-f", "-i"]], ids=["sh", "zsh"])
+def test_the_banner_pasted_at_a_shells_prompt_exports_what_it_says(
+    tmp_path: Path, shell: List[str]
+) -> None:
+    """Every line after the first, pasted at an interactive prompt: zsh's (macOS's shell) takes no
+    '#' for a comment there, so no line may carry a quote, a parenthesis or a semicolon."""
+    if shutil.which(shell[0]) is None:
+        pytest.skip("needs %s: apt-get install %s" % (shell[0], shell[0]))
+    with serving(write_json(tmp_path / "one.json", SINGLE)) as server:
+        pasted = "".join(server.whole_banner()[1:])
+        server.stop()
+    echo = 'echo "exported $QSTASH_URL $QSTASH_TOKEN $QSTASH_NEXT_SIGNING_KEY"\n'
+    done = subprocess.run(shell, input=pasted + echo, capture_output=True, text=True, timeout=30)
+    assert done.stdout.splitlines()[-1:] == [
+        "exported %s %s %s" % (server.url, service.DEV_TOKEN, service.DEV_SIGNING_KEYS[1])
+    ]
 
 
 def test_a_configured_token_is_used_and_never_printed(tmp_path: Path) -> None:
@@ -109,7 +122,8 @@ def test_a_configured_token_is_used_and_never_printed(tmp_path: Path) -> None:
     out = "".join(server.banner) + out
     assert code == 0
     assert (
-        server.banner[2] == "# QSTASH_TOKEN: the one set in this server's environment (not shown)\n"
+        server.banner[2]
+        == "# QSTASH_TOKEN: the one set in the environment of this server, not shown\n"
     )
     assert "s3cret-token" not in out + err
     assert '"GET /v2/queues' not in err  # --quiet: no access log
