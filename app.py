@@ -1960,6 +1960,8 @@ if tty is not None and os.tcgetpgrp(tty) == os.getpgid(os.getppid()):
 if tty is not None:
     os.close(tty)
 signal.signal(signal.SIGTTOU, signal.SIG_DFL)  # --run's own choice, not the command's
+for name in ("SIGPIPE", "SIGXFSZ"):  # ignored by a Python (this one), not by a shell's command
+    signal.signal(getattr(signal, name), signal.SIG_DFL)
 signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 try:
     os.execvp(sys.argv[3], sys.argv[3:])
@@ -2013,6 +2015,7 @@ def _run_command(settings: Mapping[str, Any], args: argparse.Namespace, prog: st
         if not args.quiet:
             logger.info("serving a copy of %s on %s for: %s", path, url, " ".join(args.run))
         env = dict(os.environ, QSTASH_URL=url, QSTASH_TOKEN=token)
+        env.pop("QSTASH_DEV", None)  # the JS SDK's dev mode would ask another server
         return _child(args.run, env, prog, watcher, grace)
 
 

@@ -1052,6 +1052,20 @@ MUTANTS: List[Mutant] = [
     ),
     M(
         "plugin",
+        "app.py",
+        '        env.pop("QSTASH_DEV", None)  #',
+        "        pass  #",
+        ("tests/test_plugin.py",),
+    ),
+    M(
+        "plugin",
+        "app.py",
+        'for name in ("SIGPIPE", "SIGXFSZ"):',
+        "for name in ():",
+        ("tests/test_plugin.py",),
+    ),
+    M(
+        "plugin",
         "testing.py",
         "    os.register_at_fork(after_in_child=_forget_sweepers)",
         "    pass",

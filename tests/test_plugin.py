@@ -830,6 +830,29 @@ def test_the_command_has_the_terminal_in_the_foreground(tmp_path: Path) -> None:
     assert "fg True" in done.stdout and "status 0" in done.stdout, (done.stdout, done.stderr)
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc: run it on Linux")
+def test_the_runners_command_starts_as_from_a_shell(tmp_path: Path) -> None:
+    """No signal ignored that a shell's command would not ignore (the launcher is a Python, which
+    ignores SIGPIPE and SIGXFSZ: `cmd | head` under pipefail failed), and no QSTASH_DEV, which
+    would send the JS SDK to its own dev server, past QSTASH_URL."""
+    fixture = write_json(tmp_path / "fixture.json", accounts_document())
+    shell = 'grep SigIgn /proc/self/status; echo "QSTASH_DEV=${QSTASH_DEV-unset}"'
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "app.py"), "--data", str(fixture), "--quiet"]
+        + ["--run", "sh", "-c", shell],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, QSTASH_DEV="1"),
+    )
+    ignored = int(done.stdout.split()[1], 16)
+    assert (ignored & (1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1)), done.returncode) == (
+        0,
+        0,
+    ), done.stderr
+    assert done.stdout.splitlines()[-1] == "QSTASH_DEV=unset"
+
+
 def test_the_runner_says_the_port_it_cannot_listen_on(tmp_path: Path) -> None:
     import socket
 
