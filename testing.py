@@ -70,9 +70,18 @@ def serve(data: Any, token: Optional[str] = None) -> Iterator[Server]:
     if isinstance(data, (str, os.PathLike)):
         raw, source = Path(data).read_bytes(), str(data)
     else:
-        raw, source = json.dumps(data).encode(), "serve()'s document"
+        source = "serve()'s document"
+        raw = _encoded(data, source)
     with _serving(raw, source, token) as (server, _, _):
         yield server
+
+
+def _encoded(document: Any, source: str) -> bytes:
+    """``document`` as JSON, or a DataError that names ``source`` (a value JSON cannot hold)."""
+    try:
+        return json.dumps(document).encode()
+    except (TypeError, ValueError) as exc:  # a date, a set; a circular reference
+        raise app.store.DataError(["%s: not JSON: %s" % (source, exc)]) from None
 
 
 @contextlib.contextmanager
@@ -163,7 +172,7 @@ class _Session:
 
     def reset(self, document: Any) -> str:
         """Write ``document`` whole, whatever a test left, forget the bad days; return its token."""
-        raw = json.dumps(document).encode()
+        raw = _encoded(document, FIXTURE)
         loaded = app.store.parse(raw, FIXTURE, self.server.token)
         self.first = app.clients_token(loaded, self.server.token, FIXTURE)
         self._double.initial = self._data.replace(raw)  # what a reset puts back

@@ -1052,6 +1052,13 @@ MUTANTS: List[Mutant] = [
     ),
     M(
         "plugin",
+        "testing.py",
+        "    except (TypeError, ValueError) as exc:  # a date",
+        "    except ValueError as exc:  # a date",
+        ("tests/test_plugin.py",),
+    ),
+    M(
+        "plugin",
         "app.py",
         '        env.pop("QSTASH_DEV", None)  #',
         "        pass  #",

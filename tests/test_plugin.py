@@ -917,6 +917,36 @@ def test_uses_it(qstash_server):
     assert "Traceback" not in out and "store.py" not in out and out.count("lag: missing") == 1, out
 
 
+def test_a_qstash_data_json_cannot_hold_is_one_error_and_the_fix(pytester: Any) -> None:
+    pytester.makepyfile(
+        test_dates="""
+import datetime, pytest
+
+@pytest.fixture
+def qstash_data():
+    return {"queues": [{"name": "emails", "createdAt": datetime.datetime(2026, 1, 1)}]}
+
+def test_uses_it(qstash_server):
+    pass
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rN")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*the qstash_data fixture: not JSON: Object of type datetime is not JSON serializable",
+            "*correct the qstash_data fixture*",
+        ]
+    )
+    assert "Traceback" not in result.stdout.str()
+    with pytest.raises(service.store.DataError) as raised:
+        with testing.serve({"queues": {1, 2}}):
+            pass
+    assert raised.value.problems == [
+        "serve()'s document: not JSON: Object of type set is not JSON serializable"
+    ]
+
+
 @pytest.mark.parametrize("before", [None, "http://elsewhere.example"])
 def test_the_ini_line_leaves_the_environment_as_the_run_found_it(
     monkeypatch: pytest.MonkeyPatch, before: Optional[str]
