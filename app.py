@@ -828,6 +828,11 @@ class Fault(NamedTuple):
     reset: Optional[int] = None  # a Unix time: in a second (burst), at midnight UTC (daily)
 
 
+#: The 503 to a request whose account was reset while it waited out a delay (a past test's).
+RESET_WHILE_DELAYED = (
+    "service unavailable: the account was reset while this request waited out its delay (a "
+    "fault); nothing was done"
+)
 #: What the access log says of a request a fault dropped: no status was sent.
 DROPPED = Answer("-", [], b"", "dropped: a fault")
 _ERRORS = frozenset(status.value for status in HTTPStatus if status >= 400)
@@ -918,11 +923,15 @@ class TestDouble:
         self._lock = threading.Lock()
         self._faults: Dict[bytes, List[Fault]] = {}
         self._log: Dict[bytes, Tuple[collections.deque[LogEntry], List[int]]] = {}
+        # The resets so far of all accounts at once, and of each (a delayed request's mark).
+        self._resets: Dict[Optional[bytes], int] = collections.Counter()
         self._delays = threading.BoundedSemaphore(delays)  # 0: none (a server of one thread)
 
     def clear(self, digest: Optional[bytes] = None, log: bool = True) -> None:
-        """Forget the faults of the account ``digest`` (None: of all), and its log if ``log``."""
+        """Forget the faults of the account ``digest`` (None: of all), and if ``log`` (a reset)
+        its log, and the requests that wait out a delay meanwhile (see _pass)."""
         with self._lock:
+            self._resets[digest] += log
             for table in (self._faults, self._log) if log else (self._faults,):
                 if digest is None:
                     table.clear()
@@ -994,10 +1003,14 @@ class TestDouble:
         logged = _logged_body(environ)
         fault = self._take(digest, environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", ""))
         if fault is not None and fault.delay and self._delays.acquire(blocking=False):
+            before = self._reset_mark(digest)
             try:
                 time.sleep(fault.delay)
             finally:
                 self._delays.release()
+            if self._reset_mark(digest) != before:  # a past test's: it does nothing, logs nothing
+                late = ServiceUnavailable(RESET_WHILE_DELAYED, why="reset while delayed").render()
+                return self.service.send(environ, start_response, late, started)
         if fault is not None and fault.drop and _by_waitress(environ):
             self._note(digest, environ, logged, None)
             self.service.log(environ, DROPPED, 0, started)
@@ -1015,6 +1028,11 @@ class TestDouble:
         body = self.service(environ, start)
         self._note(digest, environ, logged, seen[-1] if seen else None)
         return body
+
+    def _reset_mark(self, digest: bytes) -> Tuple[int, int]:
+        """How many resets the account ``digest`` has met: of all accounts, and of its own."""
+        with self._lock:
+            return self._resets[None], self._resets[digest]
 
     def _take(self, digest: bytes, method: str, path: str) -> Optional[Fault]:
         """The account's first fault that the request matches, used once."""

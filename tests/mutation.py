@@ -722,6 +722,13 @@ MUTANTS: List[Mutant] = [
     M(
         "baddays",
         "app.py",
+        "            self._resets[digest] += log\n",
+        "",
+        BAD_DAYS,
+    ),
+    M(
+        "baddays",
+        "app.py",
         "threading.BoundedSemaphore(delays)",
         "threading.BoundedSemaphore(max(1, delays))",
         BAD_DAYS,

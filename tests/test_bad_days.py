@@ -285,6 +285,22 @@ def test_the_log_is_bounded_in_bytes_and_never_reads_a_reads_body(
     assert get.status == 200 and log(app)[-1]["body"] is None
 
 
+def test_a_request_delayed_past_its_accounts_reset_does_nothing(
+    app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A test gave up on a delayed write, and the next test reset the account meanwhile: the
+    write, its delay over, neither lands in the next test's fresh state nor enters its log."""
+
+    def sleep(seconds: float) -> None:  # the next test begins while the request waits
+        assert send(app, "POST", service.RESET_PATH).status == 200
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    fault(app, delay=2)
+    response = send(app, "POST", "/v2/queues", {"queueName": "from-the-last-test"})
+    assert response.status == 503 and log(app) == []
+    assert call(app, "/v2/queues/from-the-last-test", headers=bearer(TOKEN_A)).status == 404
+
+
 def test_with_one_thread_no_delay_is_waited(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
