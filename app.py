@@ -1735,9 +1735,26 @@ def _serve(settings: Mapping[str, Any], data: store.DataFile, access_log: bool) 
         return _not_listening(host, port, exc)
     urls = _urls(server)
     loaded = typing.cast(store.Store, data.current())  # open_data raised otherwise
-    print("\n".join(_banner(settings, loaded, urls, data.writable)), flush=True)
+    _to_stdout_aside("\n".join(_banner(settings, loaded, urls, data.writable)) + "\n")
     run(server, socket_map, settings["stop_timeout"], stopper)
     return 0
+
+
+def _to_stdout_aside(text: str) -> None:
+    """Write ``text`` to stdout's descriptor from a thread of its own (no lock taken): a stdout
+    that takes nothing (a full pipe, a full disk: said once) holds back neither serving nor the
+    stop."""
+    data = text.encode("utf-8", "surrogateescape")  # a path as the system gave it
+
+    def write() -> None:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(sys.stdout.fileno(), view) :]
+        except (OSError, ValueError) as exc:  # (ValueError: no descriptor)
+            logger.warning("stdout takes nothing (%s): the banner is not shown", exc)
+
+    threading.Thread(target=write, name="qstash-lists banner", daemon=True).start()
 
 
 def _not_listening(host: str, port: int, exc: Exception) -> int:

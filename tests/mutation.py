@@ -215,6 +215,13 @@ MUTANTS: List[Mutant] = [
     M(
         "settings",
         "app.py",
+        '    threading.Thread(target=write, name="qstash-lists banner", daemon=True).start()',
+        "    write()",
+        ("tests/test_server.py",),
+    ),
+    M(
+        "settings",
+        "app.py",
         '{" ", ":", "/"} & set(name)',
         '{" "} & set(name)',
         ("tests/test_server.py",),

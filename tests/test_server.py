@@ -1,5 +1,6 @@
 """The real thing: ``python app.py`` under waitress in a subprocess, spoken to over HTTP."""
 
+import contextlib
 import datetime
 import json
 import os
@@ -26,6 +27,7 @@ from helpers import (
     accounts_document,
     environment,
     eventually,
+    free_port,
     run,
     served,
     serving,
@@ -698,6 +700,38 @@ def test_sigterm_ends_it_within_the_stop_timeout_whatever_its_stderr_does(data_p
         proc.send_signal(signal.SIGTERM)
         # A stop that waited for the unread stderr would never end.
         assert proc.wait(timeout=10) == 0
+
+
+def test_a_stdout_that_takes_nothing_holds_back_neither_serving_nor_the_stop(
+    data_path: Path,
+) -> None:
+    """stdout a pipe that is full (a log pipe nobody drains): the banner waits in a thread of its
+    own; the server answers, and SIGTERM stops it."""
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            os.write(write, b"x" * 65536)
+    os.set_blocking(write, True)
+    port = free_port()
+    command = [sys.executable, str(ROOT / "app.py"), "--port", str(port), "--data", str(data_path)]
+    try:
+        with started(command, stdout=write) as proc:
+            health = "http://127.0.0.1:%d%s" % (port, service.HEALTH_PATH)
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+            def answered() -> bool:
+                with contextlib.suppress(OSError):
+                    with opener.open(health, timeout=10) as got:
+                        return bool(got.status == 200)
+                return False
+
+            eventually(answered, timeout=30)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
+    finally:
+        os.close(read)
+        os.close(write)
 
 
 def test_the_modes_exclude_each_other() -> None:
