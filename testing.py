@@ -185,9 +185,9 @@ _elsewhere: "list[str]" = []  # without the ini line: what the run's environment
 _before: "dict[str, Optional[str]]" = {}  # with it: QSTASH_URL and QSTASH_TOKEN before the run
 
 
-def _reaching(environ: Mapping[str, str]) -> "list[str]":
-    """Why a client built from ``environ`` (the run's start) would reach another server than the
-    fixture's (a real QStash, perhaps), and the fix; [] if it would not."""
+def _reaching(environ: Mapping[str, str], when: str = "where pytest started") -> "list[str]":
+    """Why a client built from ``environ`` (as it was ``when``) would reach another server than
+    the fixture's (a real QStash, perhaps), and the fix; [] if it would not."""
     if "QSTASH_URL" in environ:
         why = "QSTASH_URL is %s" % environ["QSTASH_URL"]
     elif "QSTASH_TOKEN" in environ:
@@ -196,8 +196,8 @@ def _reaching(environ: Mapping[str, str]) -> "list[str]":
         return []
     fix = "add 'qstash_lists_environ = true' to pytest.ini, or unset it for the run"
     return [
-        "qstash-lists: %s where pytest started: a client built from it would not reach this "
-        "test's server; %s (env -u QSTASH_URL -u QSTASH_TOKEN pytest)" % (why, fix)
+        "qstash-lists: %s %s: a client built from it would not reach this test's server; %s (env "
+        "-u QSTASH_URL -u QSTASH_TOKEN pytest)" % (why, when, fix)
     ]
 
 
@@ -238,8 +238,11 @@ if pytest is not None:
     @pytest.fixture
     def qstash_server(qstash_data: Any, monkeypatch: pytest.MonkeyPatch) -> Server:
         """The run's server, put back to ``qstash_data``, and QSTASH_URL and QSTASH_TOKEN set."""
-        if _elsewhere:
-            pytest.fail(_elsewhere[0], pytrace=False)
+        # Set since, without the ini line: by an import (a .env loaded by the app's settings).
+        since = "since pytest started (a .env loaded at import, say)"
+        elsewhere = _elsewhere or ([] if _before else _reaching(os.environ, since))
+        if elsewhere:
+            pytest.fail(elsewhere[0], pytrace=False)
         if not _sessions:
             _sessions.append(_Session())
         try:

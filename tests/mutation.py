@@ -1067,6 +1067,13 @@ MUTANTS: List[Mutant] = [
     M(
         "plugin",
         "testing.py",
+        "        elsewhere = _elsewhere or ([] if _before else _reaching(os.environ, since))",
+        "        elsewhere = _elsewhere",
+        ("tests/test_plugin.py",),
+    ),
+    M(
+        "plugin",
+        "testing.py",
         "    except (TypeError, ValueError) as exc:  # a date",
         "    except ValueError as exc:  # a date",
         ("tests/test_plugin.py",),
@@ -1130,7 +1137,7 @@ MUTANTS: List[Mutant] = [
     M(
         "plugin",
         "testing.py",
-        "            pytest.fail(_elsewhere[0], pytrace=False)",
+        "            pytest.fail(elsewhere[0], pytrace=False)",
         "            pass",
         ("tests/test_plugin.py",),
     ),

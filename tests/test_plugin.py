@@ -669,6 +669,30 @@ def test_not_asking():
     assert "qstash-lists: " + why in out and said in out and "Traceback" not in out
 
 
+def test_a_qstash_set_in_the_environment_at_import_is_never_reached_by_accident(
+    pytester: Any, monkeypatch: Any
+) -> None:
+    """The app's settings load a .env at import, after pytest started: a test that asks for the
+    server fails at once, saying so, before a client built from it could reach QStash."""
+    monkeypatch.delenv("QSTASH_URL", raising=False)
+    monkeypatch.delenv("QSTASH_TOKEN", raising=False)
+    pytester.makepyfile(
+        test_app="""
+import os
+os.environ["QSTASH_URL"] = "https://qstash.example"  # load_dotenv(), say
+os.environ["QSTASH_TOKEN"] = "a-real-token"
+
+def test_it(qstash_server):
+    pass
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(
+        ["*qstash-lists: QSTASH_URL is https://qstash.example since pytest started (a .env loaded*"]
+    )
+
+
 def test_a_fault_names_the_file_or_fixture_given_not_a_copy(tmp_path: Path) -> None:
     bad = write_json(tmp_path / "mine.json", {"queues": [{"name": "q", "paralelism": 1}]})
     with pytest.raises(service.store.DataError) as info:
