@@ -15,11 +15,13 @@ import signal
 import sys
 
 _signals: "list[int]" = []  # the stops the command was sent, in order (see main and --run)
-# The command owns its process (python app.py, python -m, the qstash-lists script): Ctrl-C while it
-# imports is noted, and main() then exits 130 with no traceback (a handler that raised could be
-# swallowed: in a weakref callback of the import system, say).
+# The command owns its process (python app.py, python -m, the qstash-lists script): Ctrl-C (and
+# SIGHUP) while it imports is noted, and main() then exits 130 with no traceback (a handler that
+# raised could be swallowed: in a weakref callback of the import system, say); a SIGHUP noted
+# stops --run alone (a closed terminal), never the server.
 if __name__ == "__main__" or sys.argv[0].endswith("qstash-lists"):
-    signal.signal(signal.SIGINT, lambda signum, frame: _signals.append(signum))
+    for _noted in [signal.SIGINT] + [signal.SIGHUP] * hasattr(signal, "SIGHUP"):
+        signal.signal(_noted, lambda signum, frame: _signals.append(signum))
 
 import argparse
 import collections
@@ -1610,8 +1612,8 @@ def main(argv: Optional[Sequence[str]] = None, environ: Optional[Mapping[str, st
     # Before the first load: none kills half-way.
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, _stop)
-    if _signals:  # Ctrl-C while it started
-        return 128 + _signals[0]
+    if signal.SIGINT in _signals:  # Ctrl-C while it started
+        return 128 + signal.SIGINT
     if hasattr(signal, "SIGHUP"):
         signal.signal(signal.SIGHUP, _wake_all)
     if args.check:

@@ -1081,6 +1081,20 @@ MUTANTS: List[Mutant] = [
     M(
         "plugin",
         "app.py",
+        '    for _noted in [signal.SIGINT] + [signal.SIGHUP] * hasattr(signal, "SIGHUP"):',
+        "    for _noted in [signal.SIGINT]:",
+        ("tests/test_plugin.py",),
+    ),
+    M(
+        "plugin",
+        "app.py",
+        "    if signal.SIGINT in _signals:  # Ctrl-C while it started",
+        "    if _signals:  # Ctrl-C while it started",
+        ("tests/test_plugin.py",),
+    ),
+    M(
+        "plugin",
+        "app.py",
         '        env.pop("QSTASH_DEV", None)  #',
         "        pass  #",
         ("tests/test_plugin.py",),
@@ -1130,8 +1144,8 @@ MUTANTS: List[Mutant] = [
     M(
         "runner",
         "app.py",
-        "    signal.signal(signal.SIGINT, lambda signum, frame: _signals.append(signum))",
-        "    pass",
+        "        signal.signal(_noted, lambda signum, frame: _signals.append(signum))",
+        "        pass",
         ("tests/test_plugin.py",),
     ),
     M(

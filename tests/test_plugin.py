@@ -755,7 +755,8 @@ def test_an_option_of_the_runners_after_the_command_is_named(tmp_path: Path) -> 
 
 
 #: Put into the runner (a sitecustomize.py on its PYTHONPATH): at the audit event or import named
-#: by QSTASH_LISTS_TEST_AT, a Ctrl-C (SIGINT) to itself, once; with QSTASH_LISTS_TEST_HANDOVER,
+#: by QSTASH_LISTS_TEST_AT, a Ctrl-C (SIGINT, or QSTASH_LISTS_TEST_SIGNAL) to itself, once; with
+#: QSTASH_LISTS_TEST_HANDOVER,
 #: its death (SIGKILL) just before it writes a number to a pipe (the old hand-over of the
 #: command's group to the watcher, after the command started).
 INJECTED = """
@@ -765,7 +766,8 @@ if sys.argv[0].endswith("app.py"):
 
     def hook(event, args):
         if not fired and at in (event, "import " + str(args[0] if args else "")):
-            fired.append(os.kill(os.getpid(), signal.SIGINT))
+            sent = os.environ.get("QSTASH_LISTS_TEST_SIGNAL", "SIGINT")
+            fired.append(os.kill(os.getpid(), getattr(signal, sent)))
 
     sys.addaudithook(hook)
     if os.environ.get("QSTASH_LISTS_TEST_HANDOVER"):
@@ -788,6 +790,24 @@ def _runner(tmp_path: Path, *args: str, env: Optional[Dict[str, str]] = None) ->
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])
     command = [sys.executable, str(ROOT / "app.py"), "--data", str(fixture), "--quiet"]
     return started(command + list(args), env, cwd=str(tmp_path))
+
+
+@pytest.mark.parametrize("run", [False, True], ids=["serving", "--run"])
+def test_a_sighup_while_it_imports_never_ends_the_server_and_stops_the_runner(
+    tmp_path: Path, run: bool
+) -> None:
+    """A closed terminal's SIGHUP (or a log rotation's) while app.py imports: the server serves
+    (a SIGHUP never ends it); the runner stops, quietly, 128 + 1, its command never run."""
+    env = {"QSTASH_LISTS_TEST_AT": "import store", "QSTASH_LISTS_TEST_SIGNAL": "SIGHUP"}
+    args = ["--run", "touch", "ran"] if run else ["--port", "0"]
+    with _runner(tmp_path, *args, env=env) as proc:
+        if run:
+            out, err = proc.communicate(timeout=60)
+            assert (proc.returncode, err, (tmp_path / "ran").exists()) == (129, "", False)
+        else:
+            assert " on http://" in proc.stdout.readline()
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=30) == 0
 
 
 @pytest.mark.parametrize("at", ["import store", "os.fork", "import waitress", "subprocess.Popen"])

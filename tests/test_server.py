@@ -237,7 +237,7 @@ def test_signals(big_file: Path, entry: str, phase: str, signum: str) -> None:
     with started(command + ["--port", "0", "--data", str(big_file)], measured=measured) as proc:
         err = Output(proc.stderr)
         # Its handlers are in: it is loading.
-        eventually(lambda: catches(proc.pid, signal.SIGHUP), timeout=30)
+        eventually(lambda: catches(proc.pid, signal.SIGTERM), timeout=30)
         if phase == "while serving":
             assert " on http://" in proc.stdout.readline()  # type: ignore[union-attr]
         else:
